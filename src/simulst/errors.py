@@ -1,0 +1,25 @@
+"""Typed errors raised at simulst's boundaries (audio input, model loading, options).
+
+Every error a user can cause derives from :class:`SimulstError`; the CLI turns them into a one-line message and
+a non-zero exit code instead of a traceback.
+"""
+
+
+class SimulstError(Exception):
+    """Base class of all errors a user can cause."""
+
+
+class AudioError(SimulstError):
+    """The audio input is missing, unreadable, not audio, empty, or contains NaN/Inf."""
+
+
+class ModelLoadError(SimulstError):
+    """A model could not be found or loaded (unknown name, missing files, hub unreachable)."""
+
+
+class OptionError(SimulstError):
+    """An option has an invalid value (unknown policy name, negative chunk size, ...)."""
+
+
+class InputTooLongError(SimulstError):
+    """The source is longer than the model's window and long-form streaming is not enabled."""

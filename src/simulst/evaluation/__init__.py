@@ -1,0 +1,1 @@
+"""simulst.evaluation"""
