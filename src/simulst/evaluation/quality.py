@@ -1,0 +1,129 @@
+"""Quality metrics over a test set: BLEU and chrF (sacreBLEU) for translation, WER for transcription.
+
+* ``BLEU`` — sacreBLEU corpus BLEU on detokenised, case-sensitive text with the ``13a`` tokenizer by default
+  (``--sacrebleu-tokenizer zh`` / ``ja-mecab`` for Chinese / Japanese output). Equal to SimulEval's ``BLEU``
+  scorer on the same log (SimulEval also scores 0 when sacreBLEU raises).
+* ``chrF`` — sacreBLEU corpus chrF (character 6-grams, β = 2), case-sensitive.
+* ``WER`` — SimulEval's definition: word-level Levenshtein distance on the raw whitespace-split text,
+  100 · Σ distance / Σ |reference words| (case and punctuation count as errors).
+* ``WER_norm`` — the usual Whisper-style English WER: both sides pass :func:`normalize_for_wer` first
+  (Unicode NFKC, lower case, dashes and slashes become spaces, all other punctuation is deleted, whitespace
+  collapsed). Read this one for ASR: the FLEURS transcripts in ``../shared/data`` are lower case without most
+  punctuation, while Whisper writes cased, punctuated text.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+
+from simulst.errors import OptionError
+
+logger = logging.getLogger(__name__)
+
+QUALITY_METRICS = ("BLEU", "chrF", "WER", "WER_norm")
+DEFAULT_SACREBLEU_TOKENIZER = "13a"
+
+_TO_SPACE = re.compile(r"[\-/–—‐‑‒―·•]")  # joiners: "well-known" → "well known", as in Whisper's normaliser
+_SPACES = re.compile(r"\s+")
+
+
+def sacrebleu_tokenizers() -> tuple[str, ...]:
+    """The tokenizer names sacreBLEU's BLEU accepts (``13a``, ``zh``, ``ja-mecab``, ``char``, ...)."""
+    from sacrebleu.metrics import BLEU
+
+    return tuple(BLEU.TOKENIZERS)
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER) -> float:
+    """Corpus BLEU (sacreBLEU; Post 2018) on detokenised, case-sensitive text; 0 when sacreBLEU fails, as in
+    SimulEval."""
+    from sacrebleu.metrics import BLEU
+
+    if tokenizer not in BLEU.TOKENIZERS:
+        raise OptionError(f"unknown sacrebleu tokenizer {tokenizer!r}; choose from {', '.join(BLEU.TOKENIZERS)}")
+    try:
+        return float(BLEU(tokenize=tokenizer).corpus_score(list(hypotheses), [list(references)]).score)
+    except Exception as exc:  # SimulEval's SacreBLEUScorer logs and returns 0 on any sacreBLEU error
+        logger.error("sacrebleu failed: %s", exc)
+        return 0.0
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus chrF (Popović 2015; sacreBLEU's CHRF: character 6-grams, β = 2, case-sensitive)."""
+    from sacrebleu.metrics import CHRF
+
+    return float(CHRF().corpus_score(list(hypotheses), [list(references)]).score)
+
+
+def normalize_for_wer(text: str) -> str:
+    """Whisper-style English WER normalisation: NFKC, lower case, dashes/slashes → space, other punctuation
+    (Unicode category P*) deleted, whitespace collapsed.
+
+    >>> normalize_for_wer("And so, my fellow Americans—ask not!")
+    'and so my fellow americans ask not'
+    >>> normalize_for_wer("It's 25-30 years.")
+    'its 25 30 years'
+    """
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = _TO_SPACE.sub(" ", text)
+    text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
+    return _SPACES.sub(" ", text).strip()
+
+
+def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
+    """Levenshtein distance between two token sequences (unit cost substitution, insertion, deletion)."""
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def wer(
+    hypotheses: Sequence[str], references: Sequence[str], normalize: Callable[[str], str] | None = None
+) -> float:
+    """Corpus word error rate in percent: 100 · Σ_i dist(hyp_i, ref_i) / Σ_i |ref_i| on whitespace-split words.
+
+    With ``normalize=None`` this is SimulEval's ``WER`` scorer (raw text); pass :func:`normalize_for_wer` for
+    the normalised WER. Returns 0 when the references hold no word (SimulEval's convention).
+    """
+    distance = 0
+    ref_words = 0
+    for hyp, ref in zip(hypotheses, references, strict=True):
+        if normalize is not None:
+            hyp, ref = normalize(hyp), normalize(ref)
+        h, r = hyp.split(), ref.split()
+        distance += edit_distance(h, r)
+        ref_words += len(r)
+    if ref_words == 0:
+        return 0.0
+    return 100.0 * distance / ref_words
+
+
+def quality_scores(
+    metrics: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER,
+) -> dict[str, float]:
+    """The named corpus quality metrics (names from :data:`QUALITY_METRICS`)."""
+    out: dict[str, float] = {}
+    for name in metrics:
+        if name == "BLEU":
+            out[name] = bleu(hypotheses, references, sacrebleu_tokenizer)
+        elif name == "chrF":
+            out[name] = chrf(hypotheses, references)
+        elif name == "WER":
+            out[name] = wer(hypotheses, references)
+        elif name == "WER_norm":
+            out[name] = wer(hypotheses, references, normalize_for_wer)
+        else:
+            raise OptionError(f"unknown quality metric {name!r}; choose from {', '.join(QUALITY_METRICS)}")
+    return out

@@ -1,0 +1,330 @@
+"""Run a test set through Sessions and write a SimulEval-compatible output folder.
+
+Output folder::
+
+    instances.log   one JSON line per utterance, SimulEval's format (see instances.py)
+    scores.tsv      corpus scores, one header row and one value row (as SimulEval's scores.tsv)
+    scores.json     the same scores plus notes (empty outputs, missing references)
+    metrics.tsv     per-instance metrics
+    config.json     the settings of the run (model, stream options, evaluation options, test set)
+    config.yaml     ``source_type`` / ``target_type``, which ``simuleval --score-only`` reads
+
+Simulation (SimulEval's sentence-level loop): each utterance's audio is pushed into a fresh
+:class:`~simulst.session.Session` piece by piece as fast as the model goes, then ``finish()`` is called. Every
+output unit gets as delay the source ms read when the emission holding its last character was made
+(computation-unaware), and as elapsed time that plus the compute the stream had spent by then
+(computation-aware, SimulEval >= 1.1.4: the clock restarts for every utterance; ``Emission.elapsed_ms``).
+With ``computation_aware=False`` the log's ``elapsed`` lists are left empty (so no ``_CA`` metric is scored).
+
+A run is resumable: utterances already in ``instances.log`` are skipped (a truncated last line from an
+interrupted run is dropped), provided the folder's ``config.json`` describes the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulst.config import StreamOptions
+from simulst.errors import OptionError
+from simulst.evaluation.instances import LOG_NAME, SIMULST_KEY, InstanceRecord, append_record, repair_log
+from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_UNITS, PieceEncoder
+from simulst.evaluation.manifest import TestItem
+from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
+from simulst.evaluation.scoring import ScoreOptions, ScoreReport, load_spm, score_records, write_scores
+from simulst.models.base import SpeechModel
+from simulst.types import Costs, Emission
+
+logger = logging.getLogger(__name__)
+
+CONFIG_JSON = "config.json"
+CONFIG_YAML = "config.yaml"
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How a test set is evaluated.
+
+    Attributes:
+        latency_unit: ``word``, ``char`` or ``spm`` (SimulEval's ``--eval-latency-unit``).
+        spm_model: SentencePiece model for the ``spm`` unit.
+        computation_aware: record ``elapsed`` (and score the ``_CA`` metrics).
+        latency_metrics, quality_metrics, sacrebleu_tokenizer: what to score (see :class:`ScoreOptions`).
+        resume: skip utterances already in the folder's ``instances.log`` (False: start the log afresh).
+        progress: show a progress bar on stderr.
+    """
+
+    latency_unit: str = "word"
+    spm_model: str | None = None
+    computation_aware: bool = True
+    latency_metrics: tuple[str, ...] = DEFAULT_LATENCY_METRICS
+    quality_metrics: tuple[str, ...] = QUALITY_METRICS
+    sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER
+    resume: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.latency_unit not in LATENCY_UNITS:
+            raise OptionError(f"unknown latency unit {self.latency_unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
+        self.score_options()  # validates the metric names
+
+    def score_options(self) -> ScoreOptions:
+        """The matching scoring options."""
+        return ScoreOptions(
+            latency_unit=self.latency_unit,
+            spm_model=self.spm_model,
+            latency_metrics=self.latency_metrics,
+            quality_metrics=self.quality_metrics,
+            sacrebleu_tokenizer=self.sacrebleu_tokenizer,
+            computation_aware=self.computation_aware,
+        )
+
+
+@dataclass(frozen=True)
+class Units:
+    """An output split into latency units.
+
+    Attributes:
+        units: the units (words, characters without spaces, or SentencePiece pieces).
+        delays: per unit, source ms of the emission that completed it.
+        elapsed: per unit, that emission's computation-aware time.
+        prediction: the output text as SimulEval's log writes it for this unit.
+    """
+
+    units: tuple[str, ...]
+    delays: tuple[float, ...]
+    elapsed: tuple[float, ...]
+    prediction: str
+
+
+def emission_units(emissions: Sequence[Emission], unit: str = "word", spm: PieceEncoder | None = None) -> Units:
+    """Split a stream's emissions into latency units with their delays.
+
+    The emission texts concatenate to the output. A word gets the times of the emission holding its *last*
+    character (it is complete only then); a character, of the emission holding it; the SentencePiece pieces of
+    a word, the word's times. ``prediction`` is what SimulEval writes: words joined by one space (word unit),
+    the non-space characters concatenated (char unit; SimulEval drops spaces, meant for zh/ja), or the pieces
+    detokenised (spm unit).
+    """
+    text = "".join(e.text for e in emissions)
+    owner: list[int] = []  # emission index of every character of text
+    for i, e in enumerate(emissions):
+        owner += [i] * len(e.text)
+    units: list[str] = []
+    delays: list[float] = []
+    elapsed: list[float] = []
+
+    def add(piece: str, char_pos: int) -> None:
+        e = emissions[owner[char_pos]]
+        units.append(piece)
+        delays.append(e.source_ms)
+        elapsed.append(e.elapsed_ms)
+
+    if unit == "char":
+        for pos, ch in enumerate(text):
+            if ch != " ":  # SimulEval: list(content.replace(" ", ""))
+                add(ch, pos)
+        prediction = "".join(units)
+    elif unit in ("word", "spm"):
+        for match in _WORD.finditer(text):
+            word, last = match.group(), match.end() - 1
+            if unit == "word":
+                add(word, last)
+            else:
+                if spm is None:
+                    raise OptionError("the spm latency unit needs a SentencePiece model")
+                for piece in spm.encode(word, out_type=str):
+                    add(piece, last)
+        prediction = " ".join(units) if unit == "word" else "".join(units).replace("▁", " ").strip()
+    else:
+        raise OptionError(f"unknown latency unit {unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
+    return Units(tuple(units), tuple(delays), tuple(elapsed), prediction)
+
+
+AudioLoader = Callable[[Path, int], np.ndarray]
+
+
+def _default_loader(path: Path, sample_rate: int) -> np.ndarray:
+    from simulst.audio.io import load_audio
+
+    return load_audio(path, sample_rate)
+
+
+def stream_through(
+    model: SpeechModel, options: StreamOptions, audio: np.ndarray
+) -> tuple[list[Emission], Costs]:
+    """Push ``audio`` through a fresh Session one chunk at a time, then finish it."""
+    from simulst.session import Session
+
+    session = Session(model, options)
+    step = max(1, round(options.chunk_ms * model.sample_rate / 1000))
+    emissions: list[Emission] = []
+    for pos in range(0, audio.shape[0], step):
+        emissions += session.push(audio[pos : pos + step])
+    emissions += session.finish()
+    return emissions, session.costs
+
+
+def run_instance(
+    model: SpeechModel,
+    options: StreamOptions,
+    item: TestItem,
+    index: int,
+    eval_options: EvalOptions | None = None,
+    load: AudioLoader = _default_loader,
+    spm: PieceEncoder | None = None,
+) -> InstanceRecord:
+    """Evaluate one utterance: stream it, split the output into latency units, build its log record."""
+    eval_options = eval_options or EvalOptions()
+    audio = load(item.audio, model.sample_rate)
+    emissions, costs = stream_through(model, options, audio)
+    units = emission_units(emissions, eval_options.latency_unit, spm)
+    source_ms = audio.shape[0] * 1000.0 / model.sample_rate
+    text = "".join(e.text for e in emissions)
+    info: dict[str, Any] = {
+        "id": item.id,
+        "latency_unit": eval_options.latency_unit,
+        "text": text,
+        "n_words": len(text.split()),
+        "emissions": [
+            {"text": e.text, "source_ms": e.source_ms, "elapsed_ms": e.elapsed_ms, "final": e.final}
+            for e in emissions
+        ],
+        "compute_ms": costs.compute_s * 1000.0,
+        "decoder_calls": costs.decoder_calls,
+        "decoder_positions": costs.decoder_positions,
+        "encoder_calls": costs.encoder_calls,
+        "encoder_frames": costs.encoder_frames,
+    }
+    if item.tgt_lang:
+        info["tgt_lang"] = item.tgt_lang
+    extra: dict[str, Any] = {}
+    if eval_options.latency_unit == "spm":
+        extra["prediction_spm"] = list(units.units)  # as SimulEval writes it
+    extra[SIMULST_KEY] = info
+    return InstanceRecord(
+        index=index,
+        prediction=units.prediction,
+        delays=list(units.delays),
+        elapsed=list(units.elapsed) if eval_options.computation_aware else [],
+        prediction_length=len(units.delays),
+        reference=item.reference,
+        source=str(item.audio),
+        source_length=source_ms,
+        extra=extra,
+    )
+
+
+def stream_options_dict(options: StreamOptions) -> dict[str, Any]:
+    """A JSON-able description of stream options (the policy as the papers write it, e.g. ``la-2``)."""
+    out = asdict(options)
+    out["policy"] = str(options.policy)
+    return out
+
+
+@dataclass
+class RunConfig:
+    """What ``config.json`` records; a resumed run must match it (``run`` part)."""
+
+    run: dict[str, Any]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def make_run_config(
+    model_name: str | None,
+    options: StreamOptions,
+    items: Sequence[TestItem],
+    eval_options: EvalOptions,
+    info: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Describe a run: the parts that must match to resume (model, options, test set) and free ``info``."""
+    run = {
+        "model": model_name,
+        "stream": stream_options_dict(options),
+        "latency_unit": eval_options.latency_unit,
+        "spm_model": eval_options.spm_model,
+        "computation_aware": eval_options.computation_aware,
+        "test_set": [[it.id, str(it.audio)] for it in items],
+    }
+    return RunConfig(run=run, info=dict(info or {}))
+
+
+def _check_resumable(out: Path, config: RunConfig) -> None:
+    path = out / CONFIG_JSON
+    if not path.is_file():
+        return
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8")).get("run")
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise OptionError(f"{path} is not a simulst config: {exc}") from exc
+    if previous != json.loads(json.dumps(config.run)):
+        changed = sorted(k for k in set(previous or {}) | set(config.run) if (previous or {}).get(k) != config.run.get(k))
+        raise OptionError(
+            f"{out} holds a run with other settings ({', '.join(changed)} differ): use another --output folder, "
+            "or --overwrite to start it afresh"
+        )
+
+
+def run_eval(
+    model: SpeechModel,
+    options: StreamOptions,
+    items: Sequence[TestItem],
+    out_dir: str | Path,
+    eval_options: EvalOptions | None = None,
+    config: RunConfig | None = None,
+    load: AudioLoader = _default_loader,
+) -> ScoreReport:
+    """Evaluate a test set into ``out_dir`` (created if needed) and return its scores.
+
+    Args:
+        model: the loaded model (shared by all utterances).
+        options: the stream options of every utterance.
+        items: the test set; the log index of ``items[i]`` is ``i``.
+        out_dir: the output folder (see the module docstring).
+        eval_options: units, metrics, resume and progress options.
+        config: what to record in ``config.json`` (default: built from the arguments, model name unknown).
+        load: reads an utterance's audio at the model's sample rate.
+    """
+    eval_options = eval_options or EvalOptions()
+    if not items:
+        raise OptionError("the test set is empty")
+    config = config or make_run_config(None, options, items, eval_options)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / LOG_NAME
+    if eval_options.resume:
+        _check_resumable(out, config)
+        done = {rec.index for rec in repair_log(log)}
+    else:
+        log.write_text("", encoding="utf-8")
+        done = set()
+    unknown = sorted(i for i in done if i >= len(items))
+    if unknown:
+        raise OptionError(f"{log} has instances {unknown[:5]} beyond the {len(items)} of this test set")
+    (out / CONFIG_JSON).write_text(
+        json.dumps({"run": config.run, "info": config.info}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / CONFIG_YAML).write_text("source_type: speech\ntarget_type: text\n", encoding="utf-8")
+    spm = load_spm(eval_options.spm_model) if eval_options.latency_unit == "spm" and eval_options.spm_model else None
+
+    from tqdm import tqdm
+
+    todo = [i for i in range(len(items)) if i not in done]
+    with tqdm(total=len(items), initial=len(done), disable=not eval_options.progress, unit="utt",
+              desc=out.name or "eval", leave=False) as bar:
+        for index in todo:
+            record = run_instance(model, options, items[index], index, eval_options, load, spm)
+            append_record(log, record)
+            bar.update(1)
+    records = repair_log(log)
+    report = score_records(records, eval_options.score_options())
+    write_scores(out, report)
+    return report

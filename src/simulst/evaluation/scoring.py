@@ -1,0 +1,291 @@
+"""Score an ``instances.log`` (ours or SimulEval's): latency, quality and cost metrics in one report.
+
+The corpus scores are keyed by SimulEval's metric names (``AL``, ``LAAL``, ``AP``, ``DAL``, ``ATD``,
+``StartOffset``, ``EndOffset``, ``BLEU``, ... and ``NAME_CA`` for the computation-aware ones), and equal what
+``simuleval --score-only`` computes on the same log. simulst adds, under names SimulEval does not use:
+
+* ``Instances`` — instances in the log; ``EmptyOutputs`` — how many produced no output unit. Latency
+  averages skip those instances, as SimulEval does; quality metrics score them as empty strings.
+* ``ComputeRTF`` — compute real-time factor, Σ compute ms / Σ |X| ms (from simulst's per-instance costs;
+  for a SimulEval log, compute ms ≈ elapsed_|Y| − d_|Y| of each non-empty instance).
+* ``Emissions`` — mean number of emissions (non-empty writes) per instance.
+* ``DecoderCallsPerWord`` — Σ decoder forward calls / Σ output words (simulst logs only): the papers'
+  hardware-free cost measure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulst.errors import OptionError
+from simulst.evaluation.instances import InstanceRecord, read_log
+from simulst.evaluation.latency import (
+    DEFAULT_LATENCY_METRICS,
+    LATENCY_UNITS,
+    PieceEncoder,
+    Timing,
+    corpus_latency,
+    get_latency_metric,
+    reference_length,
+)
+from simulst.evaluation.quality import (
+    DEFAULT_SACREBLEU_TOKENIZER,
+    QUALITY_METRICS,
+    normalize_for_wer,
+    quality_scores,
+    wer,
+)
+
+SCORES_TSV = "scores.tsv"
+SCORES_JSON = "scores.json"
+METRICS_TSV = "metrics.tsv"
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How a log is scored.
+
+    Attributes:
+        latency_unit: ``word``, ``char`` or ``spm`` (SimulEval's ``--eval-latency-unit``); it sets how the
+            reference length |Y*| is counted; the log's delays are already one per unit.
+        spm_model: SentencePiece model file for the ``spm`` unit.
+        latency_metrics: registered latency metric names (without ``_CA``).
+        quality_metrics: names from :data:`~simulst.evaluation.quality.QUALITY_METRICS`.
+        sacrebleu_tokenizer: sacreBLEU tokenizer for BLEU (``13a``; ``zh`` / ``ja-mecab`` for zh / ja).
+        computation_aware: add the ``_CA`` metrics (None: when the log has ``elapsed`` times).
+        use_ref_len: |Y*| from the reference (SimulEval's default; False is ``--no-use-ref-len``).
+    """
+
+    latency_unit: str = "word"
+    spm_model: str | None = None
+    latency_metrics: tuple[str, ...] = DEFAULT_LATENCY_METRICS
+    quality_metrics: tuple[str, ...] = QUALITY_METRICS
+    sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER
+    computation_aware: bool | None = None
+    use_ref_len: bool = True
+
+    def __post_init__(self) -> None:
+        if self.latency_unit not in LATENCY_UNITS:
+            raise OptionError(f"unknown latency unit {self.latency_unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
+        if self.latency_unit == "spm" and not self.spm_model:
+            raise OptionError("the spm latency unit needs --eval-latency-spm-model")
+        for name in self.latency_metrics:
+            get_latency_metric(name)  # raises on an unknown name
+        for name in self.quality_metrics:
+            if name not in QUALITY_METRICS:
+                raise OptionError(f"unknown quality metric {name!r}; choose from {', '.join(QUALITY_METRICS)}")
+
+
+@dataclass
+class ScoreReport:
+    """The scores of one log.
+
+    Attributes:
+        scores: corpus scores by name (None where a metric had nothing to score).
+        per_instance: one row per instance (``index``, ``id``, lengths, each metric).
+        notes: what the numbers leave out (empty outputs, missing references, unit mismatches).
+    """
+
+    scores: dict[str, float | int | None]
+    per_instance: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """One JSON object keyed by metric name (NaN/None written as null)."""
+        return json.dumps({k: _json_number(v) for k, v in self.scores.items()})
+
+
+def _json_number(v: float | int | None) -> float | int | None:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def load_spm(path: str) -> PieceEncoder:
+    """Load a SentencePiece model for the ``spm`` latency unit."""
+    try:
+        import sentencepiece
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise OptionError("the spm latency unit needs the sentencepiece package") from exc
+    if not Path(path).is_file():
+        raise OptionError(f"no SentencePiece model at {path}")
+    processor: PieceEncoder = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    return processor
+
+
+def timings_of(records: Sequence[InstanceRecord], options: ScoreOptions) -> list[Timing]:
+    """The latency view of each record (|Y*| counted in ``options.latency_unit``)."""
+    spm = load_spm(options.spm_model) if options.latency_unit == "spm" and options.spm_model else None
+    out = []
+    for rec in records:
+        # SimulEval's LogInstance reads a missing "reference" key as "", a null one as None
+        ref = "" if rec.reference_missing else rec.reference
+        out.append(
+            Timing(
+                delays=tuple(rec.delays),
+                elapsed=tuple(rec.elapsed),
+                source_length=rec.source_length,
+                reference_length=reference_length(ref, options.latency_unit, spm),
+            )
+        )
+    return out
+
+
+def _compute_ms(rec: InstanceRecord) -> float | None:
+    info = rec.simulst
+    if "compute_ms" in info:
+        return float(info["compute_ms"])
+    if rec.elapsed and rec.delays:
+        return rec.elapsed[-1] - rec.delays[-1]
+    return None
+
+
+def _emissions(rec: InstanceRecord) -> int:
+    info = rec.simulst
+    if isinstance(info.get("emissions"), list):
+        return sum(1 for e in info["emissions"] if str(e.get("text", "")).strip())
+    runs = 0
+    prev: float | None = None
+    for d in rec.delays:
+        if d != prev:
+            runs += 1
+        prev = d
+    return runs
+
+
+def score_records(records: Sequence[InstanceRecord], options: ScoreOptions | None = None) -> ScoreReport:
+    """Score a list of log records (see the module docstring for the metrics)."""
+    options = options or ScoreOptions()
+    if not records:
+        raise OptionError("nothing to score: the log holds no instances")
+    records = sorted(records, key=lambda r: r.index)
+    timings = timings_of(records, options)
+    notes: list[str] = []
+    scores: dict[str, float | int | None] = {}
+    rows: list[dict[str, Any]] = [
+        {
+            "index": rec.index,
+            "id": rec.simulst.get("id", ""),
+            "source_length": rec.source_length,
+            "prediction_length": len(rec.delays),
+            "reference_length": t.reference_length,
+        }
+        for rec, t in zip(records, timings, strict=True)
+    ]
+
+    # quality first, as SimulEval's scores.tsv does
+    with_ref = [r for r in records if r.reference is not None]
+    if options.quality_metrics:
+        if not with_ref:
+            notes.append("no instance has a reference: quality metrics not computed")
+        else:
+            if len(with_ref) < len(records):
+                notes.append(f"quality metrics over the {len(with_ref)} of {len(records)} instances with a reference")
+            hyps = [r.prediction for r in with_ref]
+            refs = [r.reference or "" for r in with_ref]
+            scores.update(quality_scores(options.quality_metrics, hyps, refs, options.sacrebleu_tokenizer))
+            for row, rec in zip(rows, records, strict=True):
+                if rec.reference is not None and "WER_norm" in options.quality_metrics:
+                    row["WER_norm"] = wer([rec.prediction], [rec.reference], normalize_for_wer)
+
+    has_elapsed = any(r.elapsed for r in records)
+    ca = has_elapsed if options.computation_aware is None else options.computation_aware
+    if ca and not has_elapsed:
+        notes.append("computation-aware metrics asked for, but the log has no elapsed times")
+    names = list(options.latency_metrics) + ([f"{n}_CA" for n in options.latency_metrics] if ca else [])
+    for name in names:
+        result = corpus_latency(name, timings, options.use_ref_len)
+        scores[name] = result.score
+        for row, value in zip(rows, result.per_instance, strict=True):
+            row[name] = value
+
+    empty = sum(1 for r in records if r.is_empty)
+    scores["Instances"] = len(records)
+    scores["EmptyOutputs"] = empty
+    if empty:
+        notes.append(
+            f"{empty} of {len(records)} instances produced no output: latency metrics average the other "
+            f"{len(records) - empty} (as SimulEval does); quality metrics count them as empty outputs"
+        )
+
+    compute = [(_compute_ms(r), r.source_length) for r in records]
+    known = [(c, x) for c, x in compute if c is not None]
+    scores["ComputeRTF"] = math.fsum(c for c, _ in known) / math.fsum(x for _, x in known) if known else None
+    for row, (c, x) in zip(rows, compute, strict=True):
+        row["ComputeRTF"] = None if c is None else c / x
+    emissions = [_emissions(r) for r in records]
+    scores["Emissions"] = math.fsum(emissions) / len(emissions)
+    for row, n in zip(rows, emissions, strict=True):
+        row["Emissions"] = n
+    calls = [r.simulst.get("decoder_calls") for r in records]
+    words = [r.simulst.get("n_words") for r in records]
+    if all(isinstance(c, int | float) for c in calls) and all(isinstance(w, int | float) for w in words):
+        total_words = math.fsum(float(w) for w in words if w is not None)
+        total_calls = math.fsum(float(c) for c in calls if c is not None)
+        scores["DecoderCallsPerWord"] = total_calls / total_words if total_words else None
+        for row, c, w in zip(rows, calls, words, strict=True):
+            row["decoder_calls"] = c
+            row["DecoderCallsPerWord"] = (c / w) if c is not None and w else None
+
+    units = {r.simulst.get("latency_unit") for r in records} - {None}
+    if units and units != {options.latency_unit}:
+        notes.append(
+            f"the log's delays are per {'/'.join(sorted(units))} but |Y*| is counted per {options.latency_unit} "
+            "(SimulEval does the same; re-run eval with --eval-latency-unit to change the unit of the delays)"
+        )
+    return ScoreReport(scores, rows, notes)
+
+
+def score_log(log_dir: str | Path, options: ScoreOptions | None = None) -> ScoreReport:
+    """Score the ``instances.log`` in ``log_dir`` (or the log file itself)."""
+    return score_records(read_log(log_dir), options)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def format_table(report: ScoreReport) -> str:
+    """The corpus scores as an aligned two-column text table, then the notes."""
+    width = max(len(k) for k in report.scores)
+    lines = [f"{'metric':<{width}}  value", f"{'-' * width}  {'-' * 10}"]
+    lines += [f"{name:<{width}}  {_fmt(value)}" for name, value in report.scores.items()]
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines)
+
+
+def _tsv(rows: Sequence[dict[str, Any]]) -> str:
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row.get(c) is None else _tsv_value(row[c]) for c in columns])
+    return buf.getvalue()
+
+
+def _tsv_value(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def write_scores(out_dir: str | Path, report: ScoreReport) -> None:
+    """Write ``scores.tsv`` (one header row, one value row, as SimulEval's), ``scores.json`` and
+    ``metrics.tsv`` (one row per instance) into ``out_dir``."""
+    out = Path(out_dir)
+    (out / SCORES_TSV).write_text(_tsv([report.scores]), encoding="utf-8")
+    payload = {"scores": json.loads(report.to_json()), "notes": report.notes}
+    (out / SCORES_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    (out / METRICS_TSV).write_text(_tsv(report.per_instance), encoding="utf-8")

@@ -1,0 +1,110 @@
+"""The model-adapter interface every searcher and policy works against.
+
+An adapter is *stateless* with respect to streams: everything that changes while decoding lives in the
+objects it returns (:class:`Encoded`, decoder states), so one loaded model serves many streams.
+
+Decoding protocol (one chunk)::
+
+    enc = model.encode(audio)                          # full-context: the whole audio read so far
+    logp, state = model.start(enc, committed, costs)   # ONE parallel pass over prompt + forced prefix
+    # logp: (V,) log-probabilities of the token after the forced prefix
+    state = model.expand(state, beam)                  # share the prefix KV cache across beams (no copy)
+    logp, state = model.step(state, tokens, costs)     # one batched step: tokens (B,) -> logp (B, V)
+    state = model.select(state, beam_indices)          # reorder/prune beams after a beam-search step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from simulst.types import Costs
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Encoder output for the audio read so far.
+
+    Attributes:
+        frames: (1, T, D) encoder states.
+        audio_samples: number of source samples that were encoded.
+        ctc_log_probs: optional (T', V_ctc) CTC log-posteriors of a CTC head on this encoding.
+        extra: adapter-specific data (e.g. precomputed cross-attention keys/values).
+    """
+
+    frames: torch.Tensor
+    audio_samples: int
+    ctc_log_probs: torch.Tensor | None = None
+    extra: Any = None
+
+
+class Tokenizer(Protocol):
+    """What the pipeline needs from a tokenizer."""
+
+    eos_id: int
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Text of a token sequence (special tokens dropped)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a text (no special tokens)."""
+        ...
+
+    def starts_word(self, token: int) -> bool:
+        """True when the token begins a new word (its text starts with whitespace) or is ``<eos>``."""
+        ...
+
+    def is_punctuation(self, token: int) -> bool:
+        """True when the token's text is punctuation only (it completes the word before it)."""
+        ...
+
+
+@runtime_checkable
+class DecoderModel(Protocol):
+    """An autoregressive decoder conditioned on an encoding (speech or text)."""
+
+    eos_id: int
+    vocab_size: int
+    max_length: int  # the most output tokens (after the prompt) the decoder accepts
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The output vocabulary's tokenizer."""
+        ...
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs) -> tuple[torch.Tensor, Any]:
+        """Force-decode prompt + ``prefix`` in one parallel pass.
+
+        Returns the (V,) log-probabilities (after logit filters) of the next token and a decoder state for
+        a batch of one hypothesis.
+        """
+        ...
+
+    def expand(self, state: Any, batch: int) -> Any:
+        """A state for ``batch`` copies of a batch-of-one state (shares memory where possible)."""
+        ...
+
+    def step(self, state: Any, tokens: torch.Tensor, costs: Costs) -> tuple[torch.Tensor, Any]:
+        """Append ``tokens`` (B,) to the B hypotheses of ``state``; returns (B, V) log-probs and the new state."""
+        ...
+
+    def select(self, state: Any, indices: torch.Tensor) -> Any:
+        """Keep (and reorder) the hypotheses ``indices`` (B',) of a state."""
+        ...
+
+
+@runtime_checkable
+class SpeechModel(DecoderModel, Protocol):
+    """A speech-to-text model: an encoder over audio plus a :class:`DecoderModel`."""
+
+    sample_rate: int
+    max_source_samples: int  # longest source the encoder accepts
+
+    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
+        """Encode mono float32 audio at ``sample_rate`` (the whole source read so far)."""
+        ...

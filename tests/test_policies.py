@@ -1,0 +1,101 @@
+"""Hand-worked unit tests of the stable-hypothesis policies (2022 paper §3.3)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulst.config import PolicyOptions
+from simulst.errors import OptionError
+from simulst.policies import HoldN, LocalAgreement, Offline, SharedPrefix, WaitK, longest_common_prefix, make_policy
+from simulst.types import Hypothesis
+
+
+def hyps(*beams: tuple[int, ...]) -> list[Hypothesis]:
+    return [Hypothesis(b, -float(i)) for i, b in enumerate(beams)]
+
+
+def test_lcp() -> None:
+    assert longest_common_prefix([(1, 2, 3), (1, 2, 4), (1, 2)]) == (1, 2)
+    assert longest_common_prefix([(1, 2, 3)]) == (1, 2, 3)
+    assert longest_common_prefix([(1,), (2,)]) == ()
+    assert longest_common_prefix([]) == ()
+
+
+def test_hold_n_drops_last_n_tokens() -> None:
+    policy = HoldN(2)
+    assert policy.stable_prefix(hyps((5, 6, 7, 8))) == (5, 6)
+    assert policy.stable_prefix(hyps((5, 6))) == ()  # n or fewer tokens: nothing
+    assert policy.stable_prefix(hyps((5,))) == ()
+    assert HoldN(0).stable_prefix(hyps((5, 6))) == (5, 6)
+
+
+def test_local_agreement_waits_n_minus_1_chunks_then_agrees() -> None:
+    la2 = LocalAgreement(2)
+    assert la2.stable_prefix(hyps((1, 2, 3))) == ()  # chunk 1 < n
+    assert la2.stable_prefix(hyps((1, 2, 4, 5))) == (1, 2)  # LCP of chunks 1, 2
+    assert la2.stable_prefix(hyps((1, 2, 4, 6))) == (1, 2, 4)  # LCP of chunks 2, 3 only
+    la3 = LocalAgreement(3)
+    assert la3.stable_prefix(hyps((1, 2))) == ()
+    assert la3.stable_prefix(hyps((1, 2, 3))) == ()
+    assert la3.stable_prefix(hyps((1, 9))) == (1,)
+    assert la3.stable_prefix(hyps((1, 9, 3))) == (1,)  # (1,2,3), (1,9), (1,9,3)
+    assert la3.stable_prefix(hyps((1, 9, 3, 4))) == (1, 9)
+
+
+def test_local_agreement_uses_only_the_best_hypothesis() -> None:
+    la1 = LocalAgreement(1)
+    assert la1.stable_prefix(hyps((1, 2), (7, 8))) == (1, 2)
+
+
+def test_shared_prefix_uses_all_beams_of_n_chunks() -> None:
+    sp1 = SharedPrefix(1)
+    assert sp1.stable_prefix(hyps((1, 2, 3), (1, 2, 4), (1, 5))) == (1,)
+    sp2 = SharedPrefix(2)
+    assert sp2.stable_prefix(hyps((1, 2, 3), (1, 2, 4))) == ()
+    assert sp2.stable_prefix(hyps((1, 2, 3, 4), (1, 2, 3, 5))) == (1, 2)  # (1,2,4) of chunk 1 limits it
+    assert sp2.stable_prefix(hyps((1, 2, 3, 4, 5), (1, 2, 3, 4, 6))) == (1, 2, 3)
+
+
+def test_wait_k_schedule() -> None:
+    policy = WaitK(2, tokens_per_chunk=2)
+    best = (1, 2, 3, 4, 5, 6, 7)
+    assert policy.stable_prefix(hyps(best)) == ()  # chunk 1 < k
+    assert policy.stable_prefix(hyps(best)) == (1, 2)  # chunk 2: (2-2+1)*2
+    assert policy.stable_prefix(hyps(best)) == (1, 2, 3, 4)
+    assert policy.stable_prefix(hyps(best[:5])) == (1, 2, 3, 4, 5)
+
+
+def test_offline_commits_nothing() -> None:
+    assert Offline().stable_prefix(hyps((1, 2, 3))) == ()
+
+
+def test_factory_and_parsing() -> None:
+    assert isinstance(make_policy(PolicyOptions.parse("la-2"), 1000), LocalAgreement)
+    assert isinstance(make_policy(PolicyOptions.parse("hold-6"), 1000), HoldN)
+    assert isinstance(make_policy(PolicyOptions.parse("SP-2"), 1000), SharedPrefix)
+    assert isinstance(make_policy(PolicyOptions.parse("offline"), 1000), Offline)
+    wait = make_policy(PolicyOptions.parse("wait-3"), 1000)
+    assert isinstance(wait, WaitK) and wait.k == 3 and wait.tokens_per_chunk == 3
+    assert str(PolicyOptions.parse("la2")) == "la-2"
+    for bad in ("la", "la-0", "foo-2", "hold--1", "", "sp-x"):
+        with pytest.raises(OptionError):
+            PolicyOptions.parse(bad)
+    with pytest.raises(OptionError):
+        HoldN(-1)
+    with pytest.raises(OptionError):
+        LocalAgreement(0)
+
+
+token_lists = st.lists(st.integers(1, 4), max_size=8).map(tuple)
+
+
+@given(st.lists(st.lists(token_lists, min_size=1, max_size=3), min_size=1, max_size=6), st.integers(1, 3))
+def test_la_and_sp_return_a_prefix_of_the_best_hypothesis(chunks: list[list[tuple[int, ...]]], n: int) -> None:
+    la, sp = LocalAgreement(n), SharedPrefix(n)
+    for beams in chunks:
+        best = beams[0]
+        for policy in (la, sp):
+            stable = policy.stable_prefix(hyps(*beams))
+            assert best[: len(stable)] == stable

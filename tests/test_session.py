@@ -1,0 +1,185 @@
+"""The onlinization loop on a scripted toy model: hand-worked schedules and invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.errors import AudioError, InputTooLongError, OptionError
+from simulst.search import BeamSearch, GreedySearch
+from simulst.session import Session, whole_words
+from simulst.types import Costs, Emission, Hypothesis
+from tests.toy import ToySpeechModel, ToyTokenizer, tone
+
+
+def run(session: Session, audio: np.ndarray, piece: int) -> list[Emission]:
+    out: list[Emission] = []
+    for pos in range(0, audio.shape[0], piece):
+        out += session.push(audio[pos : pos + piece])
+    return out + session.finish()
+
+
+def options(policy: str = "la-2", chunk_ms: float = 1000, search: str = "greedy", **kw: float) -> StreamOptions:
+    return StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse(policy), search=SearchOptions(search), **kw)
+
+
+def test_la2_schedule_hand_worked() -> None:
+    # The toy model hears word i at (i+1)*700 ms and guesses " uh" for the next one:
+    #  1 s: the uh            (LA-2: first chunk, nothing)
+    #  2 s: the cat uh        LCP = "the"                 -> "the"
+    #  3 s: the cat sat on uh LCP = "the cat"             -> " cat"
+    #  4 s: ... on the uh     LCP = "the cat sat on"      -> " sat on"
+    #  5 s: ... the mat<eos>  LCP = "... on the"          -> " the"
+    #  end (5 s, no new audio: the 5 s search is reused)  -> " mat"
+    model = ToySpeechModel()
+    session = Session(model, options("la-2"))
+    emissions = run(session, tone(5000), 1000)
+    assert [(e.text, e.source_ms, e.final) for e in emissions] == [
+        ("the", 2000, False),
+        (" cat", 3000, False),
+        (" sat on", 4000, False),
+        (" the", 5000, False),
+        (" mat", 5000, True),
+    ]
+    assert session.text == "the cat sat on the mat"
+    assert model.encodes == [1000, 2000, 3000, 4000, 5000]  # the final decode reused the last one
+    assert all(e.elapsed_ms >= e.source_ms for e in emissions)
+
+
+def test_hold_n_and_initial_wait() -> None:
+    # hold-1 with a 2 s initial wait, then 1 s chunks: 2 s: "the cat uh" -> "the cat"; 3 s: "... on uh" -> " sat on";
+    # 4 s: "... the uh" -> " the"; 4.5 s end: "... the mat" -> " mat".
+    session = Session(ToySpeechModel(), options("hold-1", initial_wait_ms=2000))
+    emissions = run(session, tone(4500), 500)
+    assert [(e.text, e.source_ms) for e in emissions] == [
+        ("the cat", 2000), (" sat on", 3000), (" the", 4000), (" mat", 4500)
+    ]
+
+
+def test_offline_policy_decodes_once_at_the_end() -> None:
+    model = ToySpeechModel()
+    emissions = run(Session(model, options("offline")), tone(5000), 1000)
+    assert [(e.text, e.source_ms, e.final) for e in emissions] == [("the cat sat on the mat", 5000, True)]
+    assert model.encodes == [5000]
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_one_final_chunk_equals_offline_decoding(search: str) -> None:
+    audio = tone(3100)
+    model = ToySpeechModel()
+    session = Session(model, options("la-2", chunk_ms=10_000, search=search))
+    assert session.push(audio) == []
+    [emission] = session.finish()
+    searcher = GreedySearch() if search == "greedy" else BeamSearch(5)
+    offline = searcher.search(model, model.encode(audio, Costs()), [], 40, Costs(), final=True)[0]
+    assert emission.tokens == offline.tokens
+    assert emission.text == model.tokenizer.decode(offline.tokens).lstrip()
+
+
+def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:
+    # With guess_p = 0.3 the toy model ends every chunk's hypothesis with <eos> after the words it has heard:
+    # 1 s: "the"<eos> -> hold-0 commits "the" (the <eos> shows the word is complete) and the stream goes on.
+    session = Session(ToySpeechModel(guess_p=0.3), options("hold-0", chunk_ms=1000))
+    emissions = run(session, tone(4200), 700)
+    assert [(e.text, e.source_ms) for e in emissions] == [
+        ("the", 1000), (" cat", 2000), (" sat on", 3000), (" the", 4000), (" mat", 4200)
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 900), min_size=1, max_size=40), st.sampled_from(["la-2", "hold-1", "sp-2", "wait-2"]))
+def test_push_granularity_does_not_change_the_output(pieces: list[int], policy: str) -> None:
+    audio = tone(4700)
+    reference = run(Session(ToySpeechModel(), options(policy)), audio, 1000)
+    session = Session(ToySpeechModel(), options(policy))
+    out: list[Emission] = []
+    pos = 0
+    for size in pieces:
+        out += session.push(audio[pos : pos + size])
+        pos += size
+        if pos >= audio.shape[0]:
+            break
+    out += session.push(audio[pos:])
+    out += session.finish()
+    assert [(e.text, e.source_ms) for e in out] == [(e.text, e.source_ms) for e in reference]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(300, 6000),
+    st.sampled_from([250, 500, 700, 1000, 2000]),
+    st.sampled_from(["la-1", "la-2", "la-3", "hold-0", "hold-2", "sp-1", "sp-2", "wait-1", "offline"]),
+    st.sampled_from(["greedy", "beam"]),
+)
+def test_emissions_never_retract_and_end_on_words(ms: int, chunk: int, policy: str, search: str) -> None:
+    model = ToySpeechModel()
+    session = Session(model, options(policy, chunk_ms=chunk, search=search))
+    emissions = run(session, tone(ms), 333)
+    text = ""
+    committed: list[int] = []
+    for e in emissions:
+        text += e.text
+        committed += e.tokens
+        assert e.text or e.final
+        assert model.tokenizer.decode(committed).lstrip() == text  # the shown text only grows
+        if not e.final:
+            assert e.source_ms < ms or ms % chunk == 0
+    assert text == session.text
+    times = [e.source_ms for e in emissions]
+    assert times == sorted(times)
+
+
+def test_whole_words_holds_back_a_partial_word() -> None:
+    tok = ToyTokenizer(["<eos>", " un", "believ", "able", " yes", ","])
+    best = Hypothesis((4, 1, 2, 3, 4), 0.0)
+    assert whole_words((4, 1, 2), best, tok) == 1  # " un" "believ" may continue: keep " yes"
+    assert whole_words((4, 1, 2, 3), best, tok) == 4  # followed by " yes": complete
+    assert whole_words((4, 5), Hypothesis((4, 5, 1), 0.0), tok) == 2  # punctuation completes a word
+    assert whole_words((4, 1), Hypothesis((4, 1), 0.0, finished=True), tok) == 2  # <eos> follows
+    assert whole_words((4, 1), Hypothesis((4, 1), 0.0, finished=False), tok) == 1  # unknown continuation
+    assert whole_words((1, 2), Hypothesis((1, 2, 3), 0.0), tok) == 0
+    assert whole_words((), best, tok) == 0
+
+
+def test_bad_audio_is_rejected() -> None:
+    session = Session(ToySpeechModel(), options())
+    with pytest.raises(AudioError):
+        session.push(np.array([0.0, np.nan], dtype=np.float32))
+    with pytest.raises(AudioError):
+        session.push(np.zeros((10, 2), dtype=np.float32))
+    with pytest.raises(InputTooLongError):
+        session.push(np.zeros(70_000, dtype=np.float32))
+    session.finish()
+    with pytest.raises(AudioError):
+        session.push(tone(10))
+
+
+def test_silence_gives_empty_output_without_decoding() -> None:
+    model = ToySpeechModel()
+    session = Session(model, options())
+    assert run(session, np.zeros(3000, dtype=np.float32), 500) == []
+    assert session.text == "" and model.encodes == []
+    assert Session(model, options()).finish() == []  # no audio at all
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(OptionError):
+        StreamOptions(chunk_ms=0)
+    with pytest.raises(OptionError):
+        StreamOptions(initial_wait_ms=-1)
+    with pytest.raises(OptionError):
+        SearchOptions("viterbi")
+    with pytest.raises(OptionError):
+        SearchOptions("beam", beam=0)
+
+
+def test_catch_up_decodes_once_for_several_pending_chunks() -> None:
+    model = ToySpeechModel()
+    session = Session(model, options("la-1", chunk_ms=500), catch_up=True)
+    session.push(tone(2300))
+    assert model.encodes == [2000]
+    session.push(tone(200))
+    assert model.encodes == [2000, 2500]

@@ -1,0 +1,132 @@
+"""Scripted toy models for hand-worked tests of searches, policies and the session.
+
+``ScriptedDecoder`` returns next-token distributions from a table keyed by the tokens decoded so far (after
+the prompt), so every search result can be worked out by hand. ``ToySpeechModel`` knows a fixed sentence and
+"hears" one more word of it every ``ms_per_word`` of audio: before it has heard a word, it continues with a
+wrong guess ("uh") and then ``<eos>`` - a model that hallucinates at chunk ends, as real ones do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from simulst.models.base import Encoded
+from simulst.types import Costs
+
+EOS = 0
+
+
+class ToyTokenizer:
+    """Vocabulary: 0 = <eos>; tokens are strings; a leading space starts a word."""
+
+    eos_id = EOS
+
+    def __init__(self, pieces: Sequence[str]) -> None:
+        self.pieces = list(pieces)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return "".join(self.pieces[t] for t in tokens if t != EOS)
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError("toy tokenizer cannot encode")
+
+    def starts_word(self, token: int) -> bool:
+        return token == EOS or self.pieces[token].startswith(" ")
+
+    def is_punctuation(self, token: int) -> bool:
+        piece = self.pieces[token]
+        return bool(piece) and all(ch in ".,!?;:" for ch in piece)
+
+
+@dataclass(frozen=True)
+class ToyState:
+    rows: tuple[tuple[int, ...], ...]  # the tokens of each hypothesis in the batch
+    audio_samples: int
+
+
+class ScriptedDecoder:
+    """A decoder whose distribution is ``table(tokens, audio_samples) -> {token: prob}`` (rest gets ~0).
+
+    Counts decoder calls exactly as a real adapter: ``start`` is one call, each ``step`` one call.
+    """
+
+    def __init__(
+        self,
+        pieces: Sequence[str],
+        table: Callable[[tuple[int, ...], int], Mapping[int, float]],
+        max_length: int = 50,
+    ) -> None:
+        self.tokenizer = ToyTokenizer(pieces)
+        self.eos_id = EOS
+        self.vocab_size = len(pieces)
+        self.max_length = max_length
+        self.table = table
+        self.calls: list[tuple[tuple[int, ...], ...]] = []
+
+    def _log_probs(self, tokens: tuple[int, ...], audio_samples: int) -> torch.Tensor:
+        probs = torch.full((self.vocab_size,), 1e-12, dtype=torch.float64)
+        for token, p in self.table(tokens, audio_samples).items():
+            probs[token] = p
+        return torch.log(probs / probs.sum())
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs) -> tuple[torch.Tensor, ToyState]:
+        costs.decoder_calls += 1
+        costs.decoder_positions += len(prefix) + 1
+        rows = (tuple(prefix),)
+        self.calls.append(rows)
+        return self._log_probs(rows[0], enc.audio_samples), ToyState(rows, enc.audio_samples)
+
+    def expand(self, state: ToyState, batch: int) -> ToyState:
+        return ToyState(state.rows * batch, state.audio_samples)
+
+    def step(self, state: ToyState, tokens: torch.Tensor, costs: Costs) -> tuple[torch.Tensor, ToyState]:
+        costs.decoder_calls += 1
+        costs.decoder_positions += len(state.rows)
+        rows = tuple((*row, int(t)) for row, t in zip(state.rows, tokens.tolist(), strict=True))
+        self.calls.append(rows)
+        return torch.stack([self._log_probs(r, state.audio_samples) for r in rows]), ToyState(rows, state.audio_samples)
+
+    def select(self, state: ToyState, indices: torch.Tensor) -> ToyState:
+        return ToyState(tuple(state.rows[i] for i in indices.tolist()), state.audio_samples)
+
+
+class ToySpeechModel(ScriptedDecoder):
+    """Hears word i of ``sentence`` once (i + 1) * ms_per_word of audio is read; guesses "uh" past that."""
+
+    sample_rate = 1000  # one sample per millisecond keeps the arithmetic readable
+    max_source_samples = 60_000
+
+    def __init__(self, sentence: str = "the cat sat on the mat", ms_per_word: int = 700, guess_p: float = 0.6) -> None:
+        words = [" " + w for w in sentence.split()]
+        pieces = ["<eos>", " uh", *dict.fromkeys(words)]
+        self.target = [pieces.index(w) for w in words]
+        self.ms_per_word = ms_per_word
+        self.guess_p = guess_p
+        super().__init__(pieces, self._next, max_length=40)
+        self.encodes: list[int] = []
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        heard = min(len(self.target), audio_samples // self.ms_per_word)
+        i = len(tokens)
+        if list(tokens) == self.target[:i]:
+            if i < heard:
+                return {self.target[i]: 0.9, 1: 0.05, EOS: 0.05}
+            if i < len(self.target):
+                return {1: self.guess_p, EOS: 1.0 - self.guess_p}  # a guess at the next, unheard word
+        return {EOS: 0.9, 1: 0.1}
+
+    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
+        costs.encoder_calls += 1
+        costs.encoder_frames += audio.shape[0]
+        self.encodes.append(int(audio.shape[0]))
+        return Encoded(frames=torch.zeros(1, max(1, math.ceil(audio.shape[0] / 20)), 1), audio_samples=audio.shape[0])
+
+
+def tone(ms: int, rate: int = 1000) -> np.ndarray:
+    """Non-silent toy audio of ``ms`` milliseconds."""
+    return (0.1 * np.sin(np.arange(ms * rate // 1000) / 3.0)).astype(np.float32)
