@@ -46,7 +46,7 @@ def _posteriors(seed: int, t: int, v: int, scale: float = 2.0) -> np.ndarray:
 # brute force: enumerate every alignment path of length T over V symbols
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _path_groups(v: int, t: int, blank: int) -> tuple[np.ndarray, dict, dict]:
     """All V^T paths, grouped by collapsed labelling (exact) and by every prefix of it (starts-with)."""
     paths = np.array(list(itertools.product(range(v), repeat=t)), dtype=np.int64).reshape(v**t, t)
@@ -402,6 +402,17 @@ def test_extend_frames_after_scoring_and_selecting() -> None:
     for lo, hi in [(6, 7), (7, 7), (7, 12), (12, 16)]:
         kept = scorer.extend_frames(kept, x[lo:hi])
     _assert_states_equal(kept, initial_batch(x, list(kept.prefixes)))
+
+
+def test_extend_frames_with_full_posteriors_keeps_a_reference() -> None:
+    x = torch.from_numpy(_posteriors(32, 12, 6))
+    start = initial_batch(x[:5], [(1, 1), (2,)])
+    copied = extend_frames(start, x[5:])
+    shared = extend_frames(start, x[5:], full_log_probs=x)
+    assert shared.log_probs is x
+    assert _assert_states_equal(copied, shared, tol=0.0) == 0.0
+    with pytest.raises(ValueError):
+        extend_frames(start, x[5:], full_log_probs=x[:11])
 
 
 def test_joint_scores_telescope_to_prefix_and_full_probabilities() -> None:

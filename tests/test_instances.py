@@ -70,7 +70,7 @@ def test_malformed_lines_raise_typed_error(line: str) -> None:
 
 
 def test_read_log_errors(tmp_path: Path) -> None:
-    with pytest.raises(LogFormatError, match="no instances.log"):
+    with pytest.raises(LogFormatError, match=r"no instances\.log"):
         read_log(tmp_path)
     (tmp_path / "instances.log").write_text("")
     with pytest.raises(LogFormatError, match="no instances"):

@@ -62,3 +62,14 @@ def test_quality_scores_dispatch() -> None:
     assert set(out) == {"BLEU", "chrF", "WER", "WER_norm"}
     with pytest.raises(OptionError):
         quality_scores(["METEOR"], HYPS, REFS)
+
+
+def test_unknown_tokenizer_is_refused_before_any_run() -> None:
+    from simulst.evaluation.scoring import ScoreOptions
+
+    with pytest.raises(OptionError, match="tokenizer"):
+        ScoreOptions(sacrebleu_tokenizer="nope")
+    with pytest.raises(OptionError, match="latency metric"):
+        ScoreOptions(latency_metrics=("XX",))
+    with pytest.raises(OptionError, match="spm"):
+        ScoreOptions(latency_unit="spm")

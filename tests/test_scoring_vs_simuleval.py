@@ -223,3 +223,15 @@ def test_simuleval_score_only_cli_agrees(tmp_path: Path) -> None:
         assert math.isclose(float(ours[name] or 0.0), plain[name], abs_tol=6e-4), name  # SimulEval rounds to 3
     for name in LATENCY:
         assert math.isclose(float(ours[name + "_CA"] or 0.0), aware[name + "_CA"], abs_tol=6e-4), name
+
+
+BENCH_LOGS = sorted((Path(__file__).resolve().parents[1] / "bench" / "results").glob("*/runs/*/instances.log"))
+
+
+@needs_simuleval
+@pytest.mark.skipif(not BENCH_LOGS, reason="no committed bench logs")
+def test_committed_bench_logs_equal_simuleval() -> None:
+    """Real Whisper logs (the committed policy sweep: every policy and chunk size, with measured elapsed times)."""
+    for log in BENCH_LOGS:
+        lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        _assert_equal_to_simuleval(lines)

@@ -17,12 +17,23 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--language", default=None, help="source language code of multilingual models (default: detect)")
     group.add_argument("--window", choices=("full", "audio"), default="full",
                        help="encoder window: Whisper's padded 30 s (full) or only the audio read (audio)")
+    group.add_argument("--window-pad-ms", type=float, default=4000.0,
+                       help="silence appended to the audio window (default 4000; see bench/)")
     group.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ... (default cpu)")
     group = parser.add_argument_group("onlinization")
     group.add_argument("--policy", default="la-2", help="offline | la-N | hold-N | sp-N | wait-N (default la-2)")
     group.add_argument("--chunk-ms", type=float, default=1000.0, help="decode every MS of new audio (default 1000)")
     group.add_argument("--initial-wait-ms", type=float, default=0.0, help="length of the first chunk (default: chunk)")
-    group.add_argument("--search", default="greedy", help="greedy | beam (default greedy)")
+    group.add_argument("--search", default="greedy",
+                       help="greedy | beam | bwbs | ibwbs | ibwbs2 | rewind: greedy, beam search, or a blockwise "
+                            "streaming beam search (BWBS, IBWBS, improved IBWBS, CMU's rewinding beam step; "
+                            "default greedy)")
+    group.add_argument("--repetition-detection", action=argparse.BooleanOptionalAction, default=False,
+                       help="blockwise searches also stop on a repeated token (for blockwise models; the papers "
+                            "switch it off for offline models such as Whisper; default off)")
+    group.add_argument("--carry-over", action=argparse.BooleanOptionalAction, default=True,
+                       help="blockwise searches continue their kept beam in the next chunk, as in the papers "
+                            "(--no-carry-over: restart every chunk from the committed output; default on)")
     group.add_argument("--beam", type=int, default=5, help="beam size for beam searches (default 5)")
     group.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length**P (default 1.0)")
     group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
@@ -31,7 +42,9 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
 def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
     """Build (and validate) :class:`StreamOptions` from parsed arguments; raises ``OptionError``."""
     search = SearchOptions(
-        name=args.search, beam=args.beam, length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens
+        name=args.search, beam=args.beam, length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
+        repetition_detection=getattr(args, "repetition_detection", False),
+        carry_over=getattr(args, "carry_over", True),
     )
     return StreamOptions(
         chunk_ms=args.chunk_ms,
@@ -45,4 +58,7 @@ def model_from_args(args: argparse.Namespace, task: str = "transcribe") -> Speec
     """Load the model the arguments name; raises ``ModelLoadError`` / ``OptionError``."""
     from simulst.models.loading import load_model
 
-    return load_model(args.model, device=args.device, language=args.language, task=task, window=args.window)
+    return load_model(
+        args.model, device=args.device, language=args.language, task=task, window=args.window,
+        window_pad_ms=args.window_pad_ms,
+    )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from simulst.errors import OptionError
 
-SEARCH_NAMES = ("greedy", "beam")
+SEARCH_NAMES = ("greedy", "beam", "bwbs", "ibwbs", "ibwbs2", "rewind")
 POLICY_NAMES = ("offline", "la", "hold", "sp", "wait")
 
 
@@ -16,12 +16,18 @@ class SearchOptions:
     """How hypotheses are searched in each chunk.
 
     Attributes:
-        name: ``greedy`` or ``beam`` (length-normalised beam search).
+        name: ``greedy``, ``beam`` (length-normalised beam search), or a blockwise beam search
+            (:mod:`simulst.search.blockwise`): ``bwbs`` (Tsunoo's BWBS), ``ibwbs`` (IBWBS), ``ibwbs2`` (improved
+            IBWBS with minScore / Seen), ``rewind`` (CMU's rewinding beam step).
         beam: beam size K (ignored by greedy).
         length_penalty: exponent of the length normalisation score / len**length_penalty.
         max_new_tokens: cap on tokens searched per chunk after the forced prefix (None: model's limit, and at
             most ``max_tokens_per_s`` per second of audio read plus 10 - stops runaway repetition loops).
         max_tokens_per_s: see ``max_new_tokens``.
+        repetition_detection: blockwise searches also stop on a repeated token (Tsunoo 2021): the papers use it
+            for blockwise models and switch it off for offline (full-context) models such as Whisper.
+        carry_over: blockwise searches continue their kept active beam (BWBS: all beams) in the next chunk, as the
+            papers' algorithms do; False restarts every chunk from the committed output.
     """
 
     name: str = "greedy"
@@ -29,6 +35,8 @@ class SearchOptions:
     length_penalty: float = 1.0
     max_new_tokens: int | None = None
     max_tokens_per_s: float = 12.0
+    repetition_detection: bool = False
+    carry_over: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in SEARCH_NAMES:
@@ -37,6 +45,9 @@ class SearchOptions:
             raise OptionError(f"beam size must be >= 1, got {self.beam}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise OptionError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        for flag in ("repetition_detection", "carry_over"):
+            if not isinstance(getattr(self, flag), bool):
+                raise OptionError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
 
 @dataclass(frozen=True)

@@ -101,9 +101,9 @@ def read_manifest(
     """
     path = Path(path)
     header, rows = _read_tsv(path)
-    for col in ("id", "audio"):
-        if col not in header:
-            raise TestSetError(f"{path}: the manifest has no {col!r} column (columns: {', '.join(header)})")
+    for required in ("id", "audio"):
+        if required not in header:
+            raise TestSetError(f"{path}: the manifest has no {required!r} column (columns: {', '.join(header)})")
     col = {name: i for i, name in enumerate(header)}
     extern = read_reference_file(references, reference_column) if references is not None else None
     ref_col: str | None = None

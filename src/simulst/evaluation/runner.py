@@ -10,8 +10,8 @@ Output folder::
     config.yaml     ``source_type`` / ``target_type``, which ``simuleval --score-only`` reads
 
 Simulation (SimulEval's sentence-level loop): each utterance's audio is pushed into a fresh
-:class:`~simulst.session.Session` piece by piece as fast as the model goes, then ``finish()`` is called. Every
-output unit gets as delay the source ms read when the emission holding its last character was made
+:class:`~simulst.session.Session` one chunk at a time as fast as the model goes, then ``finish()`` is called.
+Every output unit (see :func:`emission_units`) gets as delay the source ms read when its emission was made
 (computation-unaware), and as elapsed time that plus the compute the stream had spent by then
 (computation-aware, SimulEval >= 1.1.4: the clock restarts for every utterance; ``Emission.elapsed_ms``).
 With ``computation_aware=False`` the log's ``elapsed`` lists are left empty (so no ``_CA`` metric is scored).
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 CONFIG_JSON = "config.json"
 CONFIG_YAML = "config.yaml"
-_WORD = re.compile(r"\S+")
 
 
 @dataclass(frozen=True)
@@ -106,46 +104,42 @@ class Units:
 
 
 def emission_units(emissions: Sequence[Emission], unit: str = "word", spm: PieceEncoder | None = None) -> Units:
-    """Split a stream's emissions into latency units with their delays.
+    """Split a stream's emissions into latency units with their delays, as SimulEval splits an agent's writes.
 
-    The emission texts concatenate to the output. A word gets the times of the emission holding its *last*
-    character (it is complete only then); a character, of the emission holding it; the SentencePiece pieces of
-    a word, the word's times. ``prediction`` is what SimulEval writes: words joined by one space (word unit),
-    the non-space characters concatenated (char unit; SimulEval drops spaces, meant for zh/ja), or the pieces
-    detokenised (spm unit).
+    Each emission is split on its own and every unit gets that emission's times: word unit,
+    ``text.split()``; char unit, the characters other than ``" "``; spm unit, the SentencePiece pieces of each
+    word. ``prediction`` is what SimulEval writes: the words joined by one space, the characters concatenated
+    (SimulEval drops spaces in char unit, which is meant for zh/ja), or the pieces detokenised.
+
+    Emissions end at word boundaries, so a word is almost always one unit. The exception: when a stable
+    hypothesis ended with ``<eos>`` right after a word ("... for you"), a later emission may begin with
+    punctuation (", ask ..."); the mark is then a unit of its own ("you , ask"), exactly as the SimulEval agent
+    wrapping a Session produces it. sacreBLEU's 13a tokenizer, chrF and the normalised WER are unaffected; the
+    untouched text is kept in the log under ``simulst.text``.
     """
-    text = "".join(e.text for e in emissions)
-    owner: list[int] = []  # emission index of every character of text
-    for i, e in enumerate(emissions):
-        owner += [i] * len(e.text)
     units: list[str] = []
     delays: list[float] = []
     elapsed: list[float] = []
-
-    def add(piece: str, char_pos: int) -> None:
-        e = emissions[owner[char_pos]]
-        units.append(piece)
-        delays.append(e.source_ms)
-        elapsed.append(e.elapsed_ms)
-
-    if unit == "char":
-        for pos, ch in enumerate(text):
-            if ch != " ":  # SimulEval: list(content.replace(" ", ""))
-                add(ch, pos)
+    for e in emissions:
+        if unit == "char":
+            pieces = list(e.text.replace(" ", ""))  # SimulEval: list(content.replace(" ", ""))
+        elif unit == "word":
+            pieces = e.text.split()
+        elif unit == "spm":
+            if spm is None:
+                raise OptionError("the spm latency unit needs a SentencePiece model")
+            pieces = [p for word in e.text.split() for p in spm.encode(word, out_type=str)]
+        else:
+            raise OptionError(f"unknown latency unit {unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
+        units += pieces
+        delays += [e.source_ms] * len(pieces)
+        elapsed += [e.elapsed_ms] * len(pieces)
+    if unit == "word":
+        prediction = " ".join(units)
+    elif unit == "char":
         prediction = "".join(units)
-    elif unit in ("word", "spm"):
-        for match in _WORD.finditer(text):
-            word, last = match.group(), match.end() - 1
-            if unit == "word":
-                add(word, last)
-            else:
-                if spm is None:
-                    raise OptionError("the spm latency unit needs a SentencePiece model")
-                for piece in spm.encode(word, out_type=str):
-                    add(piece, last)
-        prediction = " ".join(units) if unit == "word" else "".join(units).replace("▁", " ").strip()
     else:
-        raise OptionError(f"unknown latency unit {unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
+        prediction = "".join(units).replace("▁", " ").strip()
     return Units(tuple(units), tuple(delays), tuple(elapsed), prediction)
 
 
@@ -266,7 +260,8 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
     except (json.JSONDecodeError, AttributeError) as exc:
         raise OptionError(f"{path} is not a simulst config: {exc}") from exc
     if previous != json.loads(json.dumps(config.run)):
-        changed = sorted(k for k in set(previous or {}) | set(config.run) if (previous or {}).get(k) != config.run.get(k))
+        previous = previous if isinstance(previous, dict) else {}
+        changed = sorted(k for k in set(previous) | set(config.run) if previous.get(k) != config.run.get(k))
         raise OptionError(
             f"{out} holds a run with other settings ({', '.join(changed)} differ): use another --output folder, "
             "or --overwrite to start it afresh"

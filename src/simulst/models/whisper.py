@@ -52,7 +52,10 @@ class WhisperModel:
         language: language code for multilingual checkpoints (None: detected per chunk).
         task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
         window: ``full`` pads every encoding to Whisper's 30 s window; ``audio`` encodes only the audio read
-            (Whisper.cpp's ``audio_ctx``): less work per chunk, at some cost in quality.
+            plus ``window_pad_ms`` of silence (Whisper.cpp's ``audio_ctx``): less work per chunk. Without the
+            padding Whisper, trained on padded 30 s windows, often misses the end of short audio and loops
+            ("and so and so ..."); a few seconds of padding restore the end-of-speech cue (bench/ measures it).
+        window_pad_ms: silence appended to the audio window.
         device: torch device.
     """
 
@@ -66,6 +69,7 @@ class WhisperModel:
         language: str | None = None,
         task: str = "transcribe",
         window: str = "full",
+        window_pad_ms: float = 4000.0,
         device: str = "cpu",
     ) -> None:
         if window not in WINDOWS:
@@ -77,6 +81,9 @@ class WhisperModel:
         self.dims = net.dims
         self.tokenizer = tokenizer
         self.window = window
+        if window_pad_ms < 0:
+            raise OptionError(f"window padding must be >= 0 ms, got {window_pad_ms}")
+        self.window_pad_samples = round(window_pad_ms * SAMPLE_RATE / 1000)
         self.eos_id = int(config.get("eos_token_id", tokenizer.eos_id))
         self.vocab_size = self.dims.vocab_size
         self.multilingual = self.vocab_size >= 51865
@@ -130,8 +137,9 @@ class WhisperModel:
         """Encode mono 16 kHz float32 ``audio`` (the whole source read so far)."""
         samples = int(audio.shape[0])
         full = 2 * self.dims.max_source_positions
-        # "audio": the frames of the audio read, rounded up to even (the second convolution has stride 2).
-        n_frames = full if self.window == "full" else min(full, max(2, 2 * math.ceil(samples / HOP_LENGTH / 2)))
+        # "audio": the frames of the audio read plus the padding, rounded up to even (conv2 has stride 2).
+        padded = samples + self.window_pad_samples
+        n_frames = full if self.window == "full" else min(full, max(2, 2 * math.ceil(padded / HOP_LENGTH / 2)))
         with torch.inference_mode():
             mel = log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
                                       self.dims.num_mel_bins, n_frames)
@@ -149,7 +157,7 @@ class WhisperModel:
         if batch > 1:
             cross = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in cross]
         with torch.inference_mode():
-            logits, new_cache = self.net.model.decoder(tokens, offset, cache, cross)
+            logits, new_cache = self.net.model.decoder(tokens, offset, cache, cross, last_only=True)
         costs.decoder_calls += 1
         costs.decoder_positions += tokens.numel()
         return logits, new_cache

@@ -156,16 +156,22 @@ class Decoder(nn.Module):
         return [cast(DecoderLayer, layer).encoder_attn.project_kv(frames) for layer in self.layers]
 
     def forward(
-        self, tokens: torch.Tensor, offset: int, past: list[KV] | None, cross: list[KV]
+        self, tokens: torch.Tensor, offset: int, past: list[KV] | None, cross: list[KV], last_only: bool = False
     ) -> tuple[torch.Tensor, list[KV]]:
-        """Logits (B, L, V) of ``tokens`` (B, L) at positions offset.. and the extended self-attention cache."""
+        """Logits (B, L, V) of ``tokens`` (B, L) at positions offset.. and the extended self-attention cache.
+
+        With ``last_only`` only the last position's logits are projected, (B, 1, V): a forced prefix needs the
+        next-token distribution after its last token only, and the vocabulary projection dominates the cost
+        of a short decoder.
+        """
         x = self.embed_tokens(tokens) + self.embed_positions.weight[offset : offset + tokens.shape[1]]
         new_cache: list[KV] = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(x, None if past is None else past[i], cross[i])
             new_cache.append(kv)
-        x = self.layer_norm(x)
-        return x @ self.embed_tokens.weight.T, new_cache
+        if last_only:
+            x = x[:, -1:]
+        return self.layer_norm(x) @ self.embed_tokens.weight.T, new_cache
 
 
 class WhisperModelNet(nn.Module):

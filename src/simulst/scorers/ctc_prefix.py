@@ -340,11 +340,11 @@ def _label_matrix(prefixes: Sequence[tuple[int, ...]], width: int, device: torch
     return torch.tensor(rows, dtype=torch.long, device=device).reshape(len(prefixes), width)
 
 
-def _gather_labels(x64: torch.Tensor, labels: torch.Tensor, blank: int) -> torch.Tensor:
-    """x64 (Δ, V) gathered at ``labels`` (...) → (..., Δ); −inf where a label is blank, negative or ≥ V."""
-    v = x64.shape[1]
+def _gather_labels(x: torch.Tensor, labels: torch.Tensor, blank: int) -> torch.Tensor:
+    """x (Δ, V) gathered at ``labels`` (...) → (..., Δ), x's dtype; −inf where a label is blank, < 0 or ≥ V."""
+    v = x.shape[1]
     valid = (labels >= 0) & (labels < v) & (labels != blank)
-    g = x64[:, labels.clamp(0, max(v - 1, 0)).reshape(-1)].T.reshape(*labels.shape, x64.shape[0])
+    g = x[:, labels.clamp(0, max(v - 1, 0)).reshape(-1)].T.reshape(*labels.shape, x.shape[0])
     return torch.where(valid[..., None], g, _NEG_INF)
 
 
@@ -360,19 +360,19 @@ def _extend_chain(
         (gamma_n, gamma_b, chain_n, chain_b, chain_psi): (B, Δ) new γ's of the rows' own prefixes and the (B,
         S) chains at frame T+Δ.
     """
-    x64 = new.to(_F64)
-    delta = x64.shape[0]
+    dev = new.device
+    delta = new.shape[0]
     b_rows, width = batch.chain_n.shape
-    labels = _label_matrix(batch.prefixes, width, x64.device)
-    x_lab = _gather_labels(x64, labels, batch.blank)  # (B, S, Δ)
-    x_blank = x64[:, batch.blank]
-    parent_n = torch.full((b_rows, delta), _NEG_INF, dtype=_F64, device=x64.device)
+    labels = _label_matrix(batch.prefixes, width, dev)
+    x_lab = _gather_labels(new, labels, batch.blank).to(_F64)  # (B, S, Δ), gathered before the cast
+    x_blank = new[:, batch.blank].to(_F64)
+    parent_n = torch.full((b_rows, delta), _NEG_INF, dtype=_F64, device=dev)
     parent_b = parent_n
     n = b = parent_n
     cols_n, cols_b, cols_psi = [], [], []
     for slot in range(width):
         if slot == 0:
-            same = torch.zeros(b_rows, dtype=torch.bool, device=x64.device)
+            same = torch.zeros(b_rows, dtype=torch.bool, device=dev)
         else:
             same = (labels[:, slot] == labels[:, slot - 1]) & (labels[:, slot - 1] >= 0)
         n, b, psi = _slot_step(
@@ -528,9 +528,7 @@ def _children(
     )
 
 
-def extend_candidates(
-    states: CtcPrefixBatch, candidates: torch.Tensor
-) -> tuple[torch.Tensor, CtcPrefixBatch]:
+def extend_candidates(states: CtcPrefixBatch, candidates: torch.Tensor) -> tuple[torch.Tensor, CtcPrefixBatch]:
     """Scores and full states of all B·K extensions g_b⊕c_{b,k}.
 
     Args:
@@ -559,11 +557,15 @@ def extend_state(
 
 
 @overload
-def extend_frames(state: CtcPrefixState, new_log_probs: LogProbs) -> CtcPrefixState: ...
-@overload
-def extend_frames(state: CtcPrefixBatch, new_log_probs: LogProbs) -> CtcPrefixBatch: ...
 def extend_frames(
-    state: CtcPrefixState | CtcPrefixBatch, new_log_probs: LogProbs
+    state: CtcPrefixState, new_log_probs: LogProbs, full_log_probs: LogProbs | None = None
+) -> CtcPrefixState: ...
+@overload
+def extend_frames(
+    state: CtcPrefixBatch, new_log_probs: LogProbs, full_log_probs: LogProbs | None = None
+) -> CtcPrefixBatch: ...
+def extend_frames(
+    state: CtcPrefixState | CtcPrefixBatch, new_log_probs: LogProbs, full_log_probs: LogProbs | None = None
 ) -> CtcPrefixState | CtcPrefixBatch:
     """Extend state(s) over T frames with Δ new frames whose predecessors never change (blockwise encoders).
 
@@ -575,19 +577,28 @@ def extend_frames(
     Args:
         state: a :class:`CtcPrefixState` or :class:`CtcPrefixBatch` over T frames.
         new_log_probs: (Δ, V) log-posteriors of frames T+1..T+Δ (Δ may be 0).
+        full_log_probs: optional (T+Δ, V) posteriors of all frames, when the caller holds them already (e.g.
+            ``Encoded.ctc_log_probs`` of the whole audio read so far): the new state keeps a reference to them
+            instead of concatenating (an O(T·V) copy that dominates the cost for large vocabularies).  Their
+            first T rows are trusted to equal the state's posteriors.
 
     Returns:
-        The same kind of state over T+Δ frames, whose ``log_probs`` is the concatenation (a new tensor).
+        The same kind of state over T+Δ frames, whose ``log_probs`` is ``full_log_probs`` or the concatenation.
     """
     new = _as_log_probs(new_log_probs)
     if new.shape[1] != state.log_probs.shape[1]:
         raise ValueError(f"vocabulary mismatch: {new.shape[1]} new vs {state.log_probs.shape[1]} old")
+    full = None if full_log_probs is None else _as_log_probs(full_log_probs)
+    if full is not None and full.shape != (state.frames + new.shape[0], new.shape[1]):
+        raise ValueError(f"full_log_probs must have shape ({state.frames + new.shape[0]}, {new.shape[1]})")
     if new.shape[0] == 0:
         return state
     batch = CtcPrefixBatch.stack([state]) if isinstance(state, CtcPrefixState) else state
     new = new.to(device=batch.log_probs.device)
     n, b, chain_n, chain_b, chain_psi = _extend_chain(batch, new)
-    if batch.frames == 0:
+    if full is not None:
+        log_probs = full
+    elif batch.frames == 0:
         log_probs = new
     else:
         log_probs = torch.cat([batch.log_probs, new.to(batch.log_probs.dtype)], dim=0)
@@ -604,9 +615,7 @@ def extend_frames(
     return out.state(0) if isinstance(state, CtcPrefixState) else out
 
 
-def prefix_logprobs(
-    log_probs: LogProbs, prefix: Sequence[int], blank: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def prefix_logprobs(log_probs: LogProbs, prefix: Sequence[int], blank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """CTC prefix and full-sequence log-probabilities of one prefix g, for all next labels at once.
 
     Args:
@@ -729,9 +738,7 @@ class CtcPrefixScorer:
         scores = torch.where(torch.isneginf(prev), _NEG_INF, ext - prev)
         return scores, CtcCandidates(parents=states, candidates=cands, ext=ext, eos=self.eos)
 
-    def select(
-        self, states: CtcPrefixBatch | CtcCandidates, indices: torch.Tensor | Sequence[int]
-    ) -> CtcPrefixBatch:
+    def select(self, states: CtcPrefixBatch | CtcCandidates, indices: torch.Tensor | Sequence[int]) -> CtcPrefixBatch:
         """Keep hypotheses ``indices`` (B',).
 
         For a :class:`CtcPrefixBatch`, row indices.  For :class:`CtcCandidates`, flat indices b·K + k into
@@ -759,8 +766,7 @@ class CtcPrefixScorer:
 
         merged = CtcPrefixBatch(
             prefixes=tuple(
-                p if e else c
-                for p, c, e in zip(par.prefixes, children.prefixes, is_eos.tolist(), strict=True)
+                p if e else c for p, c, e in zip(par.prefixes, children.prefixes, is_eos.tolist(), strict=True)
             ),
             gamma_n=pick(children.gamma_n, par.gamma_n),
             gamma_b=pick(children.gamma_b, par.gamma_b),
@@ -772,13 +778,15 @@ class CtcPrefixScorer:
         )
         return merged.select(torch.arange(len(merged)))  # trims the chain padding if only eos rows were long
 
-    def extend_frames(self, states: CtcPrefixBatch, new_log_probs: LogProbs) -> CtcPrefixBatch:
-        """:func:`extend_frames` (blockwise encoders: old frames fixed).
+    def extend_frames(
+        self, states: CtcPrefixBatch, new_log_probs: LogProbs, full_log_probs: LogProbs | None = None
+    ) -> CtcPrefixBatch:
+        """:func:`extend_frames` (blockwise encoders: old frames fixed; pass ``full_log_probs`` to avoid a copy).
 
         ``log_prefix`` changes with the new frames, so a beam's accumulated CTC part should be re-based on the
         new ``states.log_prefix`` (see the class notes).
         """
-        return extend_frames(states, new_log_probs)
+        return extend_frames(states, new_log_probs, full_log_probs)
 
     def log_odds_end(self, states: CtcPrefixBatch, c_att: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """(B,) log Odds_end(g_b) = log p_ctc(g_b|X) − log p_ctc(g_b⊕c_att,b…|X) for c_att (B,) (SPEC §4).

@@ -1,0 +1,122 @@
+"""Shared helpers of the benchmarks: the shared English test set, streaming a file, and scoring a run."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulst.audio.io import load_audio
+from simulst.config import StreamOptions
+from simulst.evaluation.latency import average_lagging, length_adaptive_average_lagging
+from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.models.base import SpeechModel
+from simulst.session import Session
+from simulst.types import Costs, Emission
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DATA = SHARED / "data"
+WHISPER_TINY_EN = SHARED / "models" / "whisper-tiny.en"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One utterance of a test set."""
+
+    id: str
+    audio: np.ndarray
+    transcript: str
+
+    @property
+    def source_ms(self) -> float:
+        return self.audio.shape[0] / 16.0
+
+
+def english_set() -> list[Item]:
+    """jfk + fleurs-en-dev (6 utterances, 51.9 s), audio loaded at 16 kHz."""
+    items = []
+    for manifest in ("jfk.tsv", "fleurs-en-dev.tsv"):
+        for line in (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]:
+            uid, audio, _duration, transcript = line.split("\t")[:4]
+            items.append(Item(uid, load_audio(DATA / audio), transcript))
+    return items
+
+
+@dataclass
+class Run:
+    """One utterance streamed through one configuration."""
+
+    emissions: list[Emission]
+    costs: Costs
+    text: str
+
+
+def stream(model: SpeechModel, options: StreamOptions, audio: np.ndarray) -> Run:
+    """Push ``audio`` chunk by chunk (computation-unaware feeding; compute time is measured), then finish."""
+    session = Session(model, options)
+    out: list[Emission] = []
+    step = session.chunk_samples
+    for pos in range(0, audio.shape[0], step):
+        out += session.push(audio[pos : pos + step])
+    out += session.finish()
+    return Run(out, session.costs, session.text)
+
+
+def word_delays(emissions: Sequence[Emission], aware: bool) -> list[float]:
+    """Per output word, the source ms (or computation-aware elapsed ms) of the emission that wrote it."""
+    return [e.elapsed_ms if aware else e.source_ms for e in emissions for _ in e.text.split()]
+
+
+def score(items: Sequence[Item], runs: Sequence[Run]) -> dict[str, float]:
+    """WER (normalised), AL, LAAL, AL_CA (SimulEval semantics, word unit, mean over non-empty outputs), RTF,
+    emissions per utterance, decoder passes and encoder calls (totals)."""
+    al, laal, al_ca = [], [], []
+    for item, run in zip(items, runs, strict=True):
+        ref_words = len(item.transcript.split())
+        d, e = word_delays(run.emissions, False), word_delays(run.emissions, True)
+        if d:
+            al.append(average_lagging(d, item.source_ms, ref_words))
+            laal.append(length_adaptive_average_lagging(d, item.source_ms, ref_words))
+            al_ca.append(average_lagging(e, item.source_ms, ref_words))
+    compute = sum(r.costs.compute_s for r in runs)
+    audio_s = sum(i.source_ms for i in items) / 1000.0
+    return {
+        "WER": wer([r.text for r in runs], [i.transcript for i in items], normalize_for_wer),
+        "AL": statistics.fmean(al) / 1000 if al else float("nan"),
+        "LAAL": statistics.fmean(laal) / 1000 if laal else float("nan"),
+        "AL_CA": statistics.fmean(al_ca) / 1000 if al_ca else float("nan"),
+        "RTF": compute / audio_s,
+        "emissions": statistics.fmean(len(r.emissions) for r in runs),
+        "decoder_passes": float(sum(r.costs.decoder_calls for r in runs)),
+        "encoder_calls": float(sum(r.costs.encoder_calls for r in runs)),
+        "empty": float(sum(1 for r in runs if not r.text)),
+    }
+
+
+def machine_note() -> str:
+    """One line on where and when a benchmark ran (the machine is shared: timings are noisy)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, load average {load:.1f} at the end, torch threads "
+        f"{os.environ.get('OMP_NUM_THREADS', 'default')}"
+    )
+
+
+def markdown_table(rows: Sequence[dict[str, object]], columns: Sequence[str]) -> str:
+    """A GitHub Markdown table; floats with 3 significant decimals."""
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,264 @@
+"""Text for the character CTC head: the character vocabulary, normalisation, and an offline sentence corpus.
+
+The head's labels are the 26 lowercase letters, the apostrophe and the space (plus the CTC blank, id 0).
+:func:`normalize` maps any English text onto them (numbers spelled out, accents stripped, punctuation and
+hyphens turned into spaces), so the same function prepares training transcripts, evaluation references and the
+word prefixes the CTC policy re-tokenises (:meth:`CharVocabulary.encode`).
+
+:func:`harvest_sentences` gathers varied English sentences from what any Debian + Python machine has offline:
+the Python language reference (``pydoc_data``), standard-library docstrings, manual pages and license texts,
+filtered to speakable prose (mostly dictionary words, no code), plus a share of random word strings from
+``/usr/share/dict/words`` (Debian package ``wamerican``) for vocabulary coverage.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import inspect
+import random
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+BLANK = "<blank>"
+CHARACTERS = (" ", "'", *"abcdefghijklmnopqrstuvwxyz")
+
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
+        "seventeen eighteen nineteen".split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_SCALES = ((10**9, "billion"), (10**6, "million"), (1000, "thousand"))
+
+
+@dataclass(frozen=True)
+class CharVocabulary:
+    """A CTC label set: ``symbols[0]`` is the blank, the others single characters.
+
+    Attributes:
+        symbols: the labels in id order.
+    """
+
+    symbols: tuple[str, ...] = (BLANK, *CHARACTERS)
+
+    def __post_init__(self) -> None:
+        if not self.symbols or self.symbols[0] != BLANK:
+            raise ValueError("a CTC vocabulary starts with the blank symbol")
+        if len(set(self.symbols)) != len(self.symbols):
+            raise ValueError("CTC vocabulary symbols must be distinct")
+
+    @property
+    def blank(self) -> int:
+        """Id of the blank (always 0)."""
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str) -> list[int]:
+        """Label ids of ``text`` after :func:`normalize`; characters outside the vocabulary are dropped."""
+        index = self._index()
+        return [index[ch] for ch in normalize(text) if ch in index]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of label ids (the blank and unknown ids are skipped)."""
+        return "".join(self.symbols[i] for i in ids if 0 < i < len(self.symbols))
+
+    def greedy(self, best_path: Iterable[int]) -> str:
+        """Collapse a frame-wise best path (merge repeats, drop blanks) to text with single spaces."""
+        out: list[int] = []
+        previous = -1
+        for i in best_path:
+            if i != previous and i != self.blank:
+                out.append(i)
+            previous = i
+        return " ".join(self.decode(out).split())
+
+    def _index(self) -> dict[str, int]:
+        return {s: i for i, s in enumerate(self.symbols) if i > 0}
+
+
+def number_words(n: int) -> str:
+    """English words of a non-negative integer (``1961`` -> ``nineteen sixty one``: years read as pairs)."""
+    if n < 0:
+        return "minus " + number_words(-n)
+    if 1100 <= n <= 2099 and n % 100 != 0 and n // 100 != 20:
+        return f"{number_words(n // 100)} {_two_digits(n % 100, pair=True)}"
+    return _cardinal(n)
+
+
+def _two_digits(n: int, pair: bool = False) -> str:
+    if n < 10 and pair:
+        return "oh " + _ONES[n]
+    if n < 20:
+        return _ONES[n]
+    tens, ones = divmod(n, 10)
+    return _TENS[tens] + ("" if ones == 0 else " " + _ONES[ones])
+
+
+def _cardinal(n: int) -> str:
+    if n < 100:
+        return _two_digits(n)
+    if n < 1000:
+        hundreds, rest = divmod(n, 100)
+        return f"{_ONES[hundreds]} hundred" + ("" if rest == 0 else " " + _two_digits(rest))
+    for scale, name in _SCALES:
+        if n >= scale:
+            head, rest = divmod(n, scale)
+            return f"{_cardinal(head)} {name}" + ("" if rest == 0 else " " + _cardinal(rest))
+    return _two_digits(n)  # unreachable
+
+
+def normalize(text: str) -> str:
+    """Lowercase ``a-z``, apostrophes and single spaces: the head's transcription convention.
+
+    Numbers become words (``25`` -> ``twenty five``, ``1961`` -> ``nineteen sixty one``, ``3.5`` -> ``three
+    point five``), ``%`` and ``&`` become ``percent`` / ``and``, accents are stripped, curly apostrophes
+    straightened, every other character becomes a space; apostrophes not inside a word are removed.
+    """
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
+    text = text.replace("’", "'").replace("‘", "'").replace("`", "'")
+    text = text.replace("%", " percent ").replace("&", " and ")
+    text = re.sub(r"(\d),(\d{3})", r"\1\2", text)
+    text = re.sub(r"(\d+)\.(\d+)", lambda m: f"{m.group(1)} point {' '.join(_ONES[int(d)] for d in m.group(2))}",
+                  text)
+    text = re.sub(r"\d+", lambda m: f" {number_words(int(m.group()))} " if len(m.group()) <= 12 else " ", text)
+    text = re.sub(r"[^a-z' ]+", " ", text)
+    text = re.sub(r"(?<![a-z])'|'(?![a-z])", " ", text)
+    return " ".join(text.split())
+
+
+# ----------------------------------------------------------------------------------------------------- corpus
+_CODE_CHARS = re.compile(r"[_=(){}\[\]<>*#|\\/@$^~+:;]|\.\w|\w\.\w|--|\s-\w")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Rough sentence split of a prose block (whitespace collapsed)."""
+    return [s.strip() for s in _SENTENCE_END.split(" ".join(text.split())) if s.strip()]
+
+
+def speakable(sentence: str, dictionary: set[str], min_words: int = 4, max_words: int = 32,
+              min_known: float = 0.9) -> str | None:
+    """The normalised sentence when it looks like speakable prose, else None.
+
+    Prose: no code-like characters, ``min_words``..``max_words`` words, and at least ``min_known`` of its words in
+    ``dictionary`` (when the dictionary is not empty).
+    """
+    if _CODE_CHARS.search(sentence) or not sentence[:1].isupper():
+        return None
+    norm = normalize(sentence)
+    words = norm.split()
+    if not min_words <= len(words) <= max_words:
+        return None
+    if dictionary:
+        known = sum(1 for w in words if w in dictionary or w.split("'")[0] in dictionary)
+        if known < min_known * len(words):
+            return None
+    return norm
+
+
+def load_dictionary(path: Path = Path("/usr/share/dict/words")) -> set[str]:
+    """Lowercase words of a word list (empty when missing)."""
+    if not path.is_file():
+        return set()
+    words = set()
+    for line in path.read_text(encoding="utf-8", errors="ignore").splitlines():
+        w = normalize(line)
+        if w and " " not in w:
+            words.add(w)
+    return words
+
+
+def _python_reference() -> Iterator[str]:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        return
+    for text in topics.values():
+        yield text
+
+
+_STDLIB_MODULES = (
+    "abc argparse array asyncio base64 bisect calendar cmd codecs collections concurrent configparser contextlib "
+    "copy csv dataclasses datetime decimal difflib doctest email enum fileinput fractions functools gettext glob "
+    "heapq hashlib hmac html http imaplib inspect io ipaddress itertools json locale logging mailbox math "
+    "mimetypes multiprocessing numbers operator optparse os pathlib pickle platform poplib pprint queue random re "
+    "sched secrets selectors shelve shlex shutil signal smtplib socket sqlite3 ssl statistics string struct "
+    "subprocess tarfile tempfile textwrap threading time timeit tkinter token tokenize trace traceback turtle "
+    "typing unittest urllib uuid warnings wave weakref xml zipfile zlib"
+).split()
+
+
+def _docstrings() -> Iterator[str]:
+    for name in _STDLIB_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional source; skip modules this Python lacks
+            continue
+        yield inspect.getdoc(module) or ""
+        for _, obj in inspect.getmembers(module):
+            doc = inspect.getdoc(obj) if inspect.isclass(obj) or inspect.isfunction(obj) else None
+            if doc:
+                yield doc
+
+
+def _man_pages(limit: int = 400) -> Iterator[str]:
+    root = Path("/usr/share/man/man1")
+    if not root.is_dir():
+        return
+    for page in sorted(root.glob("*.1.gz"))[:limit]:
+        try:
+            raw = gzip.decompress(page.read_bytes()).decode("utf-8", errors="ignore")
+        except (OSError, EOFError):
+            continue
+        lines = [ln for ln in raw.splitlines() if ln and not ln.startswith((".", "'\\\"", "\\\""))]
+        yield re.sub(r"\\f[BIRP]|\\[-&(][a-z]*|\\", "", " ".join(lines))
+
+
+def _licenses() -> Iterator[str]:
+    root = Path("/usr/share/common-licenses")
+    if root.is_dir():
+        for path in sorted(root.iterdir()):
+            if path.is_file():
+                yield path.read_text(encoding="utf-8", errors="ignore")
+
+
+def harvest_sentences(seed: int = 0, random_share: float = 0.1, dictionary: set[str] | None = None) -> list[str]:
+    """Distinct normalised sentences from the offline sources, shuffled with ``seed``.
+
+    ``random_share`` of the result are random 4–14-word strings from the dictionary (more word types than the
+    prose has); none when the dictionary is missing.
+    """
+    dictionary = load_dictionary() if dictionary is None else dictionary
+    seen: set[str] = set()
+    sentences: list[str] = []
+    for source in (_python_reference(), _docstrings(), _man_pages(), _licenses()):
+        for block in source:
+            for paragraph in re.split(r"\n\s*\n", block):
+                for sentence in split_sentences(paragraph):
+                    norm = speakable(sentence, dictionary)
+                    if norm and norm not in seen:
+                        seen.add(norm)
+                        sentences.append(norm)
+    rng = random.Random(seed)
+    if dictionary and random_share > 0:
+        words = sorted(w for w in dictionary if "'" not in w and len(w) > 1)
+        extra = int(len(sentences) * random_share / (1 - random_share))
+        sentences.extend(" ".join(rng.choices(words, k=rng.randint(4, 14))) for _ in range(extra))
+    rng.shuffle(sentences)
+    return sentences
+
+
+def word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
+    """Levenshtein distance between two sequences (words or characters)."""
+    previous = list(range(len(hypothesis) + 1))
+    for i, r in enumerate(reference, 1):
+        current = [i] + [0] * len(hypothesis)
+        for j, h in enumerate(hypothesis, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
+        previous = current
+    return previous[-1]
+

@@ -1,0 +1,243 @@
+"""The ``eval``, ``score`` and ``sweep`` subcommands of ``simulst`` (registered by :func:`register`).
+
+::
+
+    simulst eval ../shared/data/fleurs-en-dev.tsv --output runs/la2 --policy la-2 --chunk-ms 1000
+    simulst eval --source wavs.txt --target refs.txt --output runs/la2          # SimulEval's list files
+    simulst score runs/la2 [--json]                                             # ours or SimulEval's log
+    simulst sweep ../shared/data/jfk.tsv ../shared/data/fleurs-en-dev.tsv --output bench/results/sweep \\
+        --policies la-2 hold-6 offline --chunks 500 1000 --jobs 2
+
+Bad inputs raise :class:`~simulst.errors.SimulstError` subclasses; the CLI prints them and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from simulst.errors import OptionError
+from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
+from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
+from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
+from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
+from simulst.evaluation.scoring import ScoreOptions, ScoreReport, format_table, score_log
+
+
+def register(subparsers: Any) -> None:
+    """Add ``eval``, ``score`` and ``sweep`` to the ``simulst`` argument parser's subparsers."""
+    from simulst.cli_options import add_stream_arguments
+
+    text = "run a test set through simulst and write a SimulEval-compatible output folder"
+    p = subparsers.add_parser("eval", help=text, description=text)
+    _add_test_set_arguments(p, multiple=False)
+    p.add_argument("--output", "-o", required=True, help="output folder (instances.log, scores.tsv, ...)")
+    add_stream_arguments(p)
+    _add_task_argument(p)
+    _add_eval_arguments(p)
+    p.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming the folder's log")
+    p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    p.set_defaults(func=eval_command)
+
+    text = "score an instances.log (written by simulst or SimulEval) and print the metrics"
+    p = subparsers.add_parser("score", help=text, description=text)
+    p.add_argument("logdir", help="output folder holding instances.log (or the log file itself)")
+    _add_scoring_arguments(p)
+    p.add_argument("--computation-aware", action=argparse.BooleanOptionalAction, default=None,
+                   help="add the NAME_CA metrics (default: when the log has elapsed times)")
+    p.add_argument("--no-use-ref-len", action="store_true",
+                   help="|Y*| := output length instead of the reference length (as SimulEval's flag)")
+    p.add_argument("--json", action="store_true", help="print one JSON object keyed by SimulEval's metric names")
+    p.add_argument("--write", action="store_true", help="also (re)write scores.tsv, scores.json, metrics.tsv")
+    p.set_defaults(func=score_command)
+
+    text = "run a grid of configurations over a test set; write a table (CSV, Markdown) and quality-latency plots"
+    p = subparsers.add_parser("sweep", help=text, description=text)
+    _add_test_set_arguments(p, multiple=True)
+    p.add_argument("--output", "-o", required=True, help="sweep folder (runs/, sweep.csv, sweep.md, *.png)")
+    add_stream_arguments(p)
+    _add_task_argument(p)
+    p.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
+                   help="policies to sweep, e.g. la-2 la-3 hold-6 sp-2 offline (default: --policy)")
+    p.add_argument("--chunks", nargs="+", type=float, default=None, metavar="MS",
+                   help="chunk sizes in ms (default: --chunk-ms)")
+    p.add_argument("--searches", nargs="+", default=None, metavar="SEARCH",
+                   help="searches to sweep: greedy beam (default: --search)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="another axis over a stream option, e.g. search.beam=4,8 or initial_wait_ms=0,2000 "
+                        "(repeatable)")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="configurations run in parallel processes (default 1)")
+    p.add_argument("--plot-quality", default=None, choices=QUALITY_METRICS,
+                   help="quality axis of the plots (default: WER_norm for --task transcribe, else BLEU)")
+    _add_eval_arguments(p)
+    p.set_defaults(func=sweep_command)
+
+
+# ------------------------------------------------------------------------------------------------- arguments
+
+
+def _add_test_set_arguments(p: argparse.ArgumentParser, multiple: bool) -> None:
+    group = p.add_argument_group("test set (a TSV manifest, or SimulEval's --source/--target list files)")
+    if multiple:
+        group.add_argument("manifest", nargs="*", help="TSV manifest(s): id, audio, duration_s, transcript/reference")
+    else:
+        group.add_argument("manifest", nargs="?", help="TSV manifest: id, audio, duration_s, transcript/reference")
+    group.add_argument("--source", help="SimulEval source list: one wav path per line")
+    group.add_argument("--target", help="SimulEval target list: one reference per line")
+    group.add_argument("--tgt-lang", help="target language code, or a file with one code per line")
+    group.add_argument("--reference-column", help="manifest column with the reference (default: reference, "
+                                                  "translation, tgt_text, target, else transcript)")
+    group.add_argument("--references", help="TSV of references keyed by id (e.g. references.es.tsv)")
+    group.add_argument("--limit", type=int, default=None, help="evaluate only the first N utterances")
+
+
+def _add_task_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
+                   help="Whisper task (translate: into English); default transcribe")
+
+
+def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("scoring")
+    group.add_argument("--eval-latency-unit", choices=LATENCY_UNITS, default="word",
+                       help="latency unit: word, char (zh/ja) or spm (default word)")
+    group.add_argument("--eval-latency-spm-model", default=None, help="SentencePiece model for the spm unit")
+    group.add_argument("--latency-metrics", nargs="+", default=list(DEFAULT_LATENCY_METRICS),
+                       choices=list(LATENCY_METRICS), metavar="NAME",
+                       help=f"latency metrics (default {' '.join(DEFAULT_LATENCY_METRICS)}; "
+                            f"also {' '.join(n for n in LATENCY_METRICS if n not in DEFAULT_LATENCY_METRICS)})")
+    group.add_argument("--quality-metrics", nargs="+", default=list(QUALITY_METRICS), choices=QUALITY_METRICS,
+                       metavar="NAME", help=f"quality metrics (default {' '.join(QUALITY_METRICS)})")
+    group.add_argument("--sacrebleu-tokenizer", default=DEFAULT_SACREBLEU_TOKENIZER,
+                       help="sacreBLEU tokenizer: 13a (default), zh, ja-mecab, char, intl, ...")
+
+
+def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    _add_scoring_arguments(p)
+    p.add_argument("--computation-aware", action=argparse.BooleanOptionalAction, default=True,
+                   help="record elapsed = source time + compute time and score the NAME_CA metrics (default on)")
+    p.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
+
+
+def items_from_args(args: argparse.Namespace) -> list[TestItem]:
+    """The test set named by the arguments (manifest(s) or SimulEval lists), cut to ``--limit``."""
+    manifests = args.manifest if isinstance(args.manifest, list) else ([args.manifest] if args.manifest else [])
+    if manifests and args.source:
+        raise OptionError("give either a manifest or --source/--target, not both")
+    if args.source:
+        if args.references or args.reference_column:
+            raise OptionError("--references/--reference-column apply to manifests; --target gives the references")
+        items = read_simuleval_lists(args.source, args.target, args.tgt_lang)
+    elif manifests:
+        if args.target:
+            raise OptionError("--target goes with --source (a manifest carries its own references)")
+        items = []
+        for manifest in manifests:
+            items += read_manifest(manifest, args.reference_column, args.references, args.tgt_lang)
+        ids = [it.id for it in items]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise TestSetError(f"the manifests share utterance ids: {', '.join(dup[:5])}")
+    else:
+        raise OptionError("no test set: give a manifest TSV, or --source (and --target)")
+    if args.limit is not None:
+        if args.limit < 1:
+            raise OptionError(f"--limit must be >= 1, got {args.limit}")
+        items = items[: args.limit]
+    return items
+
+
+def eval_options_from_args(args: argparse.Namespace, resume: bool = True) -> EvalOptions:
+    """:class:`EvalOptions` from the parsed ``eval`` / ``sweep`` arguments."""
+    return EvalOptions(
+        latency_unit=args.eval_latency_unit,
+        spm_model=args.eval_latency_spm_model,
+        computation_aware=args.computation_aware,
+        latency_metrics=tuple(args.latency_metrics),
+        quality_metrics=tuple(args.quality_metrics),
+        sacrebleu_tokenizer=args.sacrebleu_tokenizer,
+        resume=resume,
+        progress=not args.no_progress_bar and sys.stderr.isatty(),
+    )
+
+
+def _print_report(report: ScoreReport, as_json: bool) -> None:
+    if as_json:
+        print(report.to_json())
+    else:
+        print(format_table(report))
+
+
+# ------------------------------------------------------------------------------------------------- commands
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """``simulst eval``: run the test set, write the folder, print the scores."""
+    from simulst.cli_options import model_from_args, stream_options_from_args
+
+    items = items_from_args(args)
+    options = stream_options_from_args(args)
+    eval_options = eval_options_from_args(args, resume=not args.overwrite)
+    model = model_from_args(args, task=args.task)
+    info = {"argv": sys.argv[1:], "task": args.task, "device": args.device}
+    config = make_run_config(args.model, options, items, eval_options, info)
+    report = run_eval(model, options, items, args.output, eval_options, config)
+    _print_report(report, args.json)
+    return 0
+
+
+def score_command(args: argparse.Namespace) -> int:
+    """``simulst score``: score an existing log and print a table or JSON."""
+    from simulst.evaluation.scoring import write_scores
+
+    options = ScoreOptions(
+        latency_unit=args.eval_latency_unit,
+        spm_model=args.eval_latency_spm_model,
+        latency_metrics=tuple(args.latency_metrics),
+        quality_metrics=tuple(args.quality_metrics),
+        sacrebleu_tokenizer=args.sacrebleu_tokenizer,
+        computation_aware=args.computation_aware,
+        use_ref_len=not args.no_use_ref_len,
+    )
+    report = score_log(args.logdir, options)
+    if args.write:
+        target = Path(args.logdir)
+        write_scores(target if target.is_dir() else target.parent, report)
+    _print_report(report, args.json)
+    return 0
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """``simulst sweep``: run the grid, write sweep.csv / sweep.md / plots, print the Markdown table."""
+    from simulst.cli_options import model_from_args, stream_options_from_args
+    from simulst.evaluation.plots import plot_sweep
+    from simulst.evaluation.sweep import build_grid, parse_grid, quality_metric_for, run_sweep, write_table
+    from simulst.models.loading import load_model
+
+    items = items_from_args(args)
+    base = stream_options_from_args(args)
+    points = build_grid(base, args.policies or [args.policy], args.chunks or [], args.searches or [],
+                        parse_grid(args.grid))
+    eval_options = eval_options_from_args(args)
+    if args.jobs > 1:
+        factory: Any = functools.partial(load_model, args.model, device=args.device, language=args.language,
+                                         task=args.task, window=args.window)
+    else:
+        def factory() -> Any:
+            return model_from_args(args, task=args.task)
+
+    def report(point: Any, scores: Mapping[str, Any]) -> None:
+        shown = ", ".join(f"{k} {scores[k]:.3f}" for k in ("BLEU", "WER_norm", "AL", "LAAL", "AL_CA")
+                          if isinstance(scores.get(k), int | float))
+        print(f"[sweep] {point.label}: {shown}", file=sys.stderr, flush=True)
+
+    rows = run_sweep(factory, points, items, args.output, eval_options, args.jobs, args.model, report)
+    preferred = args.plot_quality or ("WER_norm" if args.task == "transcribe" else None)
+    quality = quality_metric_for(rows, preferred)
+    _, md = write_table(rows, args.output, quality=[q for q in ("BLEU", "chrF", "WER_norm") if q in rows[0]])
+    plot_sweep(rows, args.output, quality)
+    print(md.read_text(encoding="utf-8"), end="")
+    return 0

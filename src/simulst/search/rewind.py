@@ -1,0 +1,56 @@
+"""CMU's beam search with rewinding and incremental 1-best pruning (Yan et al., IWSLT 2023, Alg. 1).
+
+Per chunk, standard beam steps (width K, length-normalised ranking). On a non-final chunk, when a candidate the
+step keeps is ``<eos>`` or a token already in its hypothesis (l. 12), the end is detected and the step rewinds
+to the previous hypotheses (l. 13-14: ``newHyps = prevHyps``); reaching the token budget also ends the chunk
+(l. 15-16). On end detection the beam is pruned to the 1-best (l. 20-21), "which the next chunk continues from"
+(§3.2): that 1-best is this searcher's kept hypothesis, force-decoded with the committed output in the next
+chunk's one parallel pass.
+
+Where the session and the paper meet (see also :mod:`simulst.search.blockwise`):
+
+* ``prevHyps`` are the hypotheses *before* the step that produced the current ones (the procedure takes both
+  ``hyps`` and ``prevHyps``): the rewind removes the unreliable candidate and the token before it, as ESPnet's
+  ``BatchBeamSearchOnline`` does ("prev hyps is 2 behind the ended hyps"); never past the chunk's start.
+* The candidates checked are the K extensions the step keeps (ESPnet checks the pruned ``best``); Alg. 1 l. 4
+  scores the top-p attention candidates of each hypothesis before pruning, which only matters with a CTC
+  pre-beam.
+* CMU shows the pruned 1-best directly; here the session's policy decides how much of it to show (hold-0 is
+  CMU's setting, up to the one-token/whole-word delay the session applies).
+* Repetition detection is an option (``repetition_detection``); off by default, as for the other searches on
+  full-context models (see :mod:`simulst.search.blockwise`). The paper's Alg. 1 checks it always.
+* All beams of a step have the same length, so the 1-best by raw score is also the length-normalised 1-best.
+* On the final chunk (``isFinal``) there is no end detection: offline :class:`BeamSearch` from the kept
+  hypothesis, so one final chunk is exactly offline beam search.
+"""
+
+from __future__ import annotations
+
+from simulst.models.base import DecoderModel, Encoded
+from simulst.search.blockwise import Beam, ChunkSearcher, expand_synchronously
+from simulst.types import Costs, Hypothesis
+
+
+class RewindingBeamSearch(ChunkSearcher):
+    """CMU Alg. 1: rewind on ``<eos>`` / repetition candidates of a non-final chunk, then prune to the 1-best.
+
+    Example::
+
+        searcher = RewindingBeamSearch(beam=5)
+        [best] = searcher.search(model, enc, committed, 50, costs, final=False)  # kept for the next chunk
+    """
+
+    def search_block(
+        self,
+        model: DecoderModel,
+        enc: Encoded,
+        committed: tuple[int, ...],
+        forced: tuple[int, ...],
+        budget: int,
+        costs: Costs,
+    ) -> list[Hypothesis]:
+        logp, state = model.start(enc, forced, costs)
+        beams, _ = expand_synchronously(self, model, state, [Beam(forced)], logp.unsqueeze(0), budget, costs)
+        best = max(beams, key=lambda b: b.score)  # l. 20-21: incremental pruning to the 1-best
+        self.kept = best.tokens
+        return [best.hypothesis()]

@@ -1,0 +1,28 @@
+"""Paths to the shared real assets (``../shared`` beside the repository) and a skip marker for their absence."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+WHISPER_TINY_EN = SHARED / "models" / "whisper-tiny.en"
+DATA = SHARED / "data"
+JFK = DATA / "audio" / "jfk" / "jfk.wav"
+
+needs_shared = pytest.mark.skipif(not WHISPER_TINY_EN.is_dir(), reason=f"shared assets not found at {SHARED}")
+
+
+def english_items() -> list[tuple[str, Path, str]]:
+    """(id, audio path, transcript) of the shared English sets: jfk + fleurs-en-dev."""
+    items = []
+    for manifest in ("jfk.tsv", "fleurs-en-dev.tsv"):
+        lines = (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]
+        for line in lines:
+            uid, audio, _duration, transcript = line.split("\t")[:4]
+            items.append((uid, DATA / audio, transcript))
+    return items

@@ -1,0 +1,159 @@
+"""The command line: the JSON contract, live text output, and clear errors with non-zero exits on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from simulst.cli import main
+from tests.shared_assets import DATA, JFK, WHISPER_TINY_EN, needs_shared
+
+MODEL = ["--model", str(WHISPER_TINY_EN)]
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.real
+@needs_shared
+def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["transcribe", str(JFK), *MODEL, "--policy", "la-2", "--chunk-ms", "1000", "--json"], capsys)
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    emissions = [r for r in records if r["event"] == "emission"]
+    final = records[-1]
+    assert final["event"] == "final" and len(emissions) == len(records) - 1 >= 3
+    assert set(emissions[0]) == {"event", "text", "source_ms", "elapsed_ms"}
+    assert {"text", "source_ms", "compute_s", "rtf", "decoder_passes"} <= set(final)
+    assert "".join(e["text"] for e in emissions) == final["text"]
+    assert "ask not what your country can do for you" in final["text"]
+    assert final["source_ms"] == pytest.approx(11000.0)
+    assert final["decoder_passes"] > 0 and final["rtf"] > 0
+    assert all(e["elapsed_ms"] >= e["source_ms"] for e in emissions)
+
+
+@pytest.mark.real
+@needs_shared
+def test_text_output_any_rate_and_channels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    audio, rate = sf.read(str(JFK), dtype="float32")
+    stereo = tmp_path / "jfk-stereo-44k.flac"
+    import soxr
+
+    resampled = soxr.resample(audio, rate, 44100)
+    sf.write(str(stereo), np.stack([resampled, 0.5 * resampled], axis=1), 44100)
+    code, out, _ = run_cli(["transcribe", str(stereo), *MODEL, "--policy", "hold-3", "--chunk-ms", "2000"], capsys)
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("[") and " s] " in lines[0]
+    assert "ask not what your country" in out.lower()
+    assert lines[-1].startswith("-- ") and "real-time factor" in lines[-1]
+
+
+@pytest.mark.real
+@needs_shared
+def test_offline_policy_and_beam(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        ["transcribe", str(JFK), *MODEL, "--policy", "offline", "--search", "beam", "--beam", "3", "--json"], capsys
+    )
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == 2 and records[0]["source_ms"] == pytest.approx(11000.0)
+
+
+@pytest.mark.real
+@needs_shared
+def test_realtime_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    short = str(DATA / "audio" / "fleurs-en-dev" / "fleurs-en-004.wav")
+    code, out, _ = run_cli(["transcribe", short, *MODEL, "--realtime", "--json"], capsys)
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    final = records[-1]
+    assert final["wall_s"] >= 4.3  # paced at wall-clock speed: not faster than the audio
+    assert "dinosaurs" in final["text"]
+
+
+def write(tmp_path: Path, name: str, data: np.ndarray, rate: int = 16000, subtype: str | None = None) -> Path:
+    path = tmp_path / name
+    sf.write(str(path), data, rate, subtype=subtype)
+    return path
+
+
+@pytest.mark.real
+@needs_shared
+def test_silence_gives_empty_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    silent = write(tmp_path, "silence.wav", np.zeros(32000, dtype=np.float32))
+    code, out, err = run_cli(["transcribe", str(silent), *MODEL, "--json"], capsys)
+    assert code == 1 and "silent" in err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert records == [records[-1]] and records[-1]["text"] == ""
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing.wav", "not found"),
+        (lambda d: (d / "notes.wav").write_text("hello, not audio") and d / "notes.wav", "cannot read"),
+        (lambda d: (d / "corrupt.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEfmt garbage") and d / "corrupt.wav",
+         "cannot read"),
+        (lambda d: write(d, "empty.wav", np.zeros(0, dtype=np.float32)), "no audio"),
+        (lambda d: write(d, "nan.wav", np.array([0.1, np.nan, 0.2] * 1000, dtype=np.float32), subtype="FLOAT"), "NaN"),
+        (lambda d: d, "not a file"),
+    ],
+)
+def test_bad_audio_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], make, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = make(tmp_path)
+    code, out, err = run_cli(["transcribe", str(path), "--model", "unused"], capsys)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policy", "maybe-3"], "unknown policy"),
+        (["--search", "viterbi"], "unknown search"),
+        (["--chunk-ms", "0"], "chunk size"),
+        (["--model", "/no/such/model/dir"], "neither a local directory nor a hub id"),
+        (["--model", "nobody/no-such-model"], "could not load model"),
+        (["--window", "audio", "--model", str(DATA)], "neither a Hugging Face config.json nor a CTranslate2"),
+    ],
+)
+def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    if not JFK.is_file():
+        pytest.skip("shared data missing")
+    code, _, err = run_cli(["transcribe", str(JFK), *args], capsys)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.real
+@needs_shared
+def test_too_long_audio_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["transcribe", str(DATA / "audio" / "fleurs-multi" / "fleurs-de-009.wav"), *MODEL], capsys)
+    assert code == 2 and "longer than the model's 30 s window" in err
+
+
+@pytest.mark.real
+@needs_shared
+def test_english_only_model_refuses_translate_task(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["translate", str(JFK), *MODEL], capsys)
+    assert code == 2 and "English-only" in err
+
+
+def test_entry_point_runs_as_a_program(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "simulst.cli", "transcribe", str(tmp_path / "nothing.wav")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert "audio file not found" in result.stderr and "Traceback" not in result.stderr

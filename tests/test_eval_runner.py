@@ -1,0 +1,308 @@
+"""``simulst eval``: the runner on the scripted toy model (hand-worked logs, resume, modes, CLI) and, marked
+``real``, on Whisper tiny.en with the log checked by ``simuleval --score-only``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.errors import OptionError, SimulstError
+from simulst.evaluation import commands
+from simulst.evaluation.instances import read_log
+from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
+from simulst.evaluation.runner import EvalOptions, emission_units, run_eval
+from simulst.evaluation.scoring import ScoreOptions, score_log
+from simulst.types import Emission
+from tests.toy import ToySpeechModel, tone
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+WHISPER = SHARED / "models" / "whisper-tiny.en"
+
+
+def _e(text: str, source_ms: float, elapsed_ms: float, final: bool = False) -> Emission:
+    return Emission(text, (), source_ms, elapsed_ms, final)
+
+
+EMISSIONS = [
+    _e("And so", 2000, 2500),
+    _e(" my fellow", 5000, 6000),
+    _e(" you", 9000, 10500),
+    _e(", ask what.", 11000, 12900, True),
+]
+
+
+def test_emission_units_word() -> None:
+    u = emission_units(EMISSIONS, "word")
+    # Each emission is split on its own, as SimulEval splits an agent's writes: "," after "you" is a unit.
+    assert u.units == ("And", "so", "my", "fellow", "you", ",", "ask", "what.")
+    assert u.delays == (2000, 2000, 5000, 5000, 9000, 11000, 11000, 11000)
+    assert u.elapsed == (2500, 2500, 6000, 6000, 10500, 12900, 12900, 12900)
+    assert u.prediction == "And so my fellow you , ask what."
+
+
+def test_emission_units_char_and_spm() -> None:
+    u = emission_units([_e("你好 世", 1000, 1100), _e("界", 2000, 2300, True)], "char")
+    assert u.units == ("你", "好", "世", "界") and u.delays == (1000, 1000, 1000, 2000)
+    assert u.prediction == "你好世界"
+
+    class Pieces:
+        def encode(self, text: str, out_type: object = str) -> list[str]:
+            return ["▁" + text[:2], text[2:]] if len(text) > 2 else ["▁" + text]
+
+    s = emission_units([_e("hello a", 1000, 1000), _e(" world", 2000, 2000)], "spm", Pieces())
+    assert s.units == ("▁he", "llo", "▁a", "▁wo", "rld") and s.delays == (1000, 1000, 1000, 2000, 2000)
+    assert s.prediction == "hello a world"
+    with pytest.raises(OptionError):
+        emission_units(EMISSIONS, "spm")
+    with pytest.raises(OptionError):
+        emission_units(EMISSIONS, "phoneme")
+    assert emission_units([], "word").prediction == ""
+
+
+def _la2(chunk_ms: float = 1000.0) -> StreamOptions:
+    return StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse("la-2"), search=SearchOptions("greedy"))
+
+
+DURATIONS = {"u0": 5000, "u1": 3500, "silent": 2000}
+
+
+def _loader(calls: list[str] | None = None):  # type: ignore[no-untyped-def]
+    def load(path: Path, rate: int) -> np.ndarray:
+        assert rate == ToySpeechModel.sample_rate
+        if calls is not None:
+            calls.append(path.stem)
+        ms = DURATIONS[path.stem]
+        return np.zeros(ms, dtype=np.float32) if path.stem == "silent" else tone(ms)
+
+    return load
+
+
+ITEMS = [
+    TestItem("u0", Path("u0.wav"), "the cat sat on the mat"),
+    TestItem("u1", Path("u1.wav"), "the cat sat on"),
+]
+
+
+def test_run_eval_writes_a_simuleval_folder(tmp_path: Path) -> None:
+    report = run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    for name in ("instances.log", "scores.tsv", "scores.json", "metrics.tsv", "config.json", "config.yaml"):
+        assert (tmp_path / name).is_file(), name
+    assert (tmp_path / "config.yaml").read_text() == "source_type: speech\ntarget_type: text\n"
+    lines = (tmp_path / "instances.log").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert list(first)[:8] == ["index", "prediction", "delays", "elapsed", "prediction_length", "reference",
+                               "source", "source_length"]
+    # the toy LA-2 schedule of test_session.py: the@2 s, cat@3 s, sat on@4 s, the@5 s, mat@5 s (final)
+    assert first["prediction"] == "the cat sat on the mat"
+    assert first["delays"] == [2000.0, 3000.0, 4000.0, 4000.0, 5000.0, 5000.0]
+    assert first["source_length"] == 5000.0 and first["prediction_length"] == 6
+    assert all(e >= d for e, d in zip(first["elapsed"], first["delays"], strict=True))
+    info = first["simulst"]
+    assert info["id"] == "u0" and info["n_words"] == 6 and info["decoder_calls"] > 0
+    assert [e["text"] for e in info["emissions"]] == ["the", " cat", " sat on", " the", " mat"]
+    assert report.scores["Instances"] == 2 and report.scores["EmptyOutputs"] == 0
+    # u1 (3.5 s) ends with the toy model's guess: "the cat sat on the uh" vs "the cat sat on": 2 of 10 words
+    assert report.scores["WER_norm"] == pytest.approx(20.0)
+    assert report.scores["AL_CA"] is not None and report.scores["AL_CA"] >= report.scores["AL"]
+    assert score_log(tmp_path).scores == report.scores  # re-scoring the folder gives the same numbers
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["run"]["stream"]["policy"] == "la-2"
+
+
+def test_resume_skips_logged_instances_and_drops_a_truncated_line(tmp_path: Path) -> None:
+    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    log = tmp_path / "instances.log"
+    first, second = log.read_text().splitlines()
+    log.write_text(first + "\n" + second[: len(second) // 2])  # killed while writing instance 1
+    calls: list[str] = []
+    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    assert calls == ["u1"]
+    assert [r.index for r in read_log(tmp_path)] == [0, 1]
+    calls.clear()
+    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    assert calls == []  # all done
+
+
+def test_resume_refuses_other_settings_and_overwrite_restarts(tmp_path: Path) -> None:
+    run_eval(ToySpeechModel(), _la2(), ITEMS[:1], tmp_path, EvalOptions(progress=False), load=_loader())
+    with pytest.raises(OptionError, match="stream"):
+        run_eval(ToySpeechModel(), _la2(500), ITEMS[:1], tmp_path, EvalOptions(progress=False), load=_loader())
+    calls: list[str] = []
+    run_eval(ToySpeechModel(), _la2(500), ITEMS[:1], tmp_path, EvalOptions(progress=False, resume=False),
+             load=_loader(calls))
+    assert calls == ["u0"] and len(read_log(tmp_path)) == 1
+
+
+def test_computation_unaware_mode_and_empty_outputs(tmp_path: Path) -> None:
+    items = [*ITEMS, TestItem("silent", Path("silent.wav"), "nothing here")]
+    report = run_eval(ToySpeechModel(), _la2(), items, tmp_path,
+                      EvalOptions(progress=False, computation_aware=False), load=_loader())
+    records = read_log(tmp_path)
+    assert all(r.elapsed == [] for r in records)
+    assert "AL_CA" not in report.scores
+    assert records[2].is_empty and records[2].prediction == ""
+    assert report.scores["EmptyOutputs"] == 1
+    assert any("produced no output" in note for note in report.notes)
+    # latency averages skip the empty instance, quality counts it
+    per = [row["AL"] for row in report.per_instance]
+    assert per[2] is None and report.scores["AL"] == pytest.approx((per[0] + per[1]) / 2)
+
+
+def test_char_unit_run(tmp_path: Path) -> None:
+    run_eval(ToySpeechModel(), _la2(), ITEMS[:1], tmp_path, EvalOptions(progress=False, latency_unit="char"),
+             load=_loader())
+    [rec] = read_log(tmp_path)
+    assert rec.prediction == "thecatsatonthemat" and len(rec.delays) == len(rec.prediction)
+    assert score_log(tmp_path, ScoreOptions(latency_unit="char")).scores["AL"] is not None
+
+
+# ------------------------------------------------------------------------------------------------ test sets
+
+
+def test_manifest_and_reference_files(tmp_path: Path) -> None:
+    (tmp_path / "m.tsv").write_text("id\taudio\tduration_s\ttranscript\ttranslation\n"
+                                    "a\twav/a.wav\t1.5\thello there\thola\n")
+    [item] = read_manifest(tmp_path / "m.tsv")
+    assert item.reference == "hola" and item.audio == tmp_path / "wav/a.wav" and item.duration_s == 1.5
+    assert read_manifest(tmp_path / "m.tsv", "transcript")[0].reference == "hello there"
+    (tmp_path / "r.tsv").write_text("id\ttranslation_es\na\tHola allí.\n")
+    assert read_manifest(tmp_path / "m.tsv", references=tmp_path / "r.tsv")[0].reference == "Hola allí."
+    (tmp_path / "r2.tsv").write_text("id\ttranslation_es\nb\tx\n")
+    with pytest.raises(TestSetError, match="no reference for id"):
+        read_manifest(tmp_path / "m.tsv", references=tmp_path / "r2.tsv")
+    (tmp_path / "bad.tsv").write_text("id\taudio\na\n")
+    with pytest.raises(TestSetError, match="fields"):
+        read_manifest(tmp_path / "bad.tsv")
+    with pytest.raises(TestSetError, match="no such file"):
+        read_manifest(tmp_path / "missing.tsv")
+    with pytest.raises(TestSetError, match="column"):
+        read_manifest(tmp_path / "m.tsv", "nope")
+
+
+def test_shared_manifests_read() -> None:
+    if not (SHARED / "data" / "fleurs-en-dev.tsv").is_file():
+        pytest.skip("../shared/data not available")
+    items = read_manifest(SHARED / "data" / "fleurs-en-dev.tsv")
+    assert len(items) == 5 and all(it.audio.is_file() and it.reference for it in items)
+    es = read_manifest(SHARED / "data" / "jfk.tsv", references=SHARED / "data" / "references.es.tsv")
+    assert es[0].reference and es[0].reference.startswith("Así que")
+
+
+def test_simuleval_lists(tmp_path: Path) -> None:
+    (tmp_path / "src.txt").write_text("a/x.wav\nb/y.wav\n")
+    (tmp_path / "tgt.txt").write_text("ref x\nref y\n")
+    items = read_simuleval_lists(tmp_path / "src.txt", tmp_path / "tgt.txt", "de")
+    assert [(i.id, i.reference, i.tgt_lang) for i in items] == [("x", "ref x", "de"), ("y", "ref y", "de")]
+    (tmp_path / "langs.txt").write_text("de\nfr\n")
+    assert [i.tgt_lang for i in read_simuleval_lists(tmp_path / "src.txt", None, str(tmp_path / "langs.txt"))] == [
+        "de", "fr"]
+    (tmp_path / "short.txt").write_text("only one\n")
+    with pytest.raises(TestSetError, match="2 sources"):
+        read_simuleval_lists(tmp_path / "src.txt", tmp_path / "short.txt")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="simulst")
+    commands.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def _write_wavs(tmp_path: Path) -> Path:
+    (tmp_path / "wav").mkdir()
+    for name, ms in (("u0", 5000), ("u1", 3500)):
+        sf.write(tmp_path / "wav" / f"{name}.wav", tone(ms, 16000), 16000, subtype="PCM_16")
+    manifest = tmp_path / "set.tsv"
+    manifest.write_text("id\taudio\tduration_s\ttranscript\n"
+                        "u0\twav/u0.wav\t5.0\tthe cat sat on the mat\nu1\twav/u1.wav\t3.5\tthe cat sat on\n")
+    return manifest
+
+
+def test_eval_and_score_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import simulst.cli_options
+
+    monkeypatch.setattr(simulst.cli_options, "model_from_args", lambda args, task="transcribe": ToySpeechModel())
+    manifest = _write_wavs(tmp_path)
+    out = tmp_path / "run"
+    args = _parser().parse_args(["eval", str(manifest), "--output", str(out), "--policy", "la-2", "--json",
+                                 "--no-progress-bar"])
+    assert args.func(args) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["WER_norm"] == pytest.approx(20.0) and scores["Instances"] == 2
+    args = _parser().parse_args(["score", str(out), "--json"])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out) == scores
+    args = _parser().parse_args(["score", str(out), "--computation-aware"])
+    assert args.func(args) == 0
+    table = capsys.readouterr().out
+    assert "AL_CA" in table and "EmptyOutputs" in table
+    # SimulEval's list files give the same log
+    (tmp_path / "src.txt").write_text(f"{tmp_path}/wav/u0.wav\n{tmp_path}/wav/u1.wav\n")
+    (tmp_path / "tgt.txt").write_text("the cat sat on the mat\nthe cat sat on\n")
+    args = _parser().parse_args(["eval", "--source", str(tmp_path / "src.txt"), "--target", str(tmp_path / "tgt.txt"),
+                                 "--output", str(tmp_path / "run2"), "--no-computation-aware", "--json"])
+    assert args.func(args) == 0
+    a, b = read_log(out), read_log(tmp_path / "run2")
+    assert [(r.prediction, r.delays) for r in a] == [(r.prediction, r.delays) for r in b]
+    assert all(r.elapsed == [] for r in b)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--output", "x"],  # no test set
+        ["eval", "m.tsv", "--source", "s.txt", "--output", "x"],
+        ["score", "does-not-exist"],
+        ["eval", "m.tsv", "--output", "x", "--limit", "0"],
+    ],
+)
+def test_bad_inputs_raise_typed_errors(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.tsv").write_text("id\taudio\ta\ta.wav\n")
+    args = _parser().parse_args(argv)
+    with pytest.raises(SimulstError):
+        args.func(args)
+
+
+# ------------------------------------------------------------------------------------------------ real model
+
+
+@pytest.mark.real
+def test_real_eval_fleurs_en_dev_is_accepted_by_simuleval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """simulst eval on fleurs-en-dev with Whisper tiny.en; simuleval --score-only scores the log the same."""
+    if not WHISPER.is_dir() or not (SHARED / "data" / "fleurs-en-dev.tsv").is_file():
+        pytest.skip("../shared/models/whisper-tiny.en or ../shared/data missing")
+    out = tmp_path / "run"
+    args = _parser().parse_args(["eval", str(SHARED / "data" / "fleurs-en-dev.tsv"), "--output", str(out),
+                                 "--model", str(WHISPER), "--policy", "la-2", "--chunk-ms", "1000", "--json",
+                                 "--no-progress-bar"])
+    assert args.func(args) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert ours["Instances"] == 5 and ours["EmptyOutputs"] == 0
+    assert ours["WER_norm"] < 25.0  # Whisper tiny.en on clean read speech
+    assert 0.0 < ours["AL"] < 5000.0 and ours["AL_CA"] > ours["AL"] and ours["ComputeRTF"] > 0.0
+    records = read_log(out)
+    for rec in records:
+        assert rec.delays == sorted(rec.delays) and rec.delays[-1] <= rec.source_length
+        assert len(rec.elapsed) == len(rec.delays) == rec.prediction_length
+    if importlib.util.find_spec("simuleval") is None:
+        pytest.skip("simuleval not installed: the log was not checked by simuleval --score-only")
+    from tests.test_scoring_vs_simuleval import LATENCY, _simuleval_cli
+
+    plain = _simuleval_cli(out, computation_aware=False)
+    aware = _simuleval_cli(out, computation_aware=True)
+    for name in ("BLEU", *LATENCY):
+        assert math.isclose(ours[name], plain[name], abs_tol=6e-4), name
+    for name in LATENCY:
+        assert math.isclose(ours[name + "_CA"], aware[name + "_CA"], abs_tol=6e-4), name

