@@ -204,3 +204,10 @@ def test_atd_is_finite_and_zero_compute_equals_cu(d: list[float]) -> None:
     cu = average_token_delay(d)
     assert math.isfinite(cu)
     assert average_token_delay(d, [0.0] * len(d)) == cu
+
+
+def test_spm_model_must_exist() -> None:
+    from simulst.evaluation.scoring import load_spm
+
+    with pytest.raises(OptionError, match="SentencePiece"):
+        load_spm("/nonexistent/model.spm")

@@ -126,3 +126,14 @@ def test_audio_window_decodes_short_audio(model: WhisperModel, jfk: np.ndarray) 
     assert enc.frames.shape[1] == 600  # 11 s + 1 s = 1200 mel frames -> 600 encoder frames
     hyp = GreedySearch().search(short, enc, [], 60, costs, final=True)[0]
     assert "ask not what your country" in short.tokenizer.decode(hyp.tokens)
+
+
+def test_int8_decoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:
+    quantized = load_model(str(WHISPER_TINY_EN), precision="int8")
+    assert quantized.net.model.decoder.lm_head is not None
+    enc = quantized.encode(jfk, Costs())
+    hyp = GreedySearch().search(quantized, enc, [], 60, Costs(), final=True)[0]
+    text = quantized.tokenizer.decode(hyp.tokens).lower()
+    assert "ask not what your country can do for you" in text and "for your country" in text
+    reference = GreedySearch().search(model, model.encode(jfk, Costs()), [], 60, Costs(), final=True)[0]
+    assert abs(len(hyp.tokens) - len(reference.tokens)) <= 2

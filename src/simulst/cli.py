@@ -26,11 +26,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, task, text in (
         ("transcribe", "transcribe", "stream AUDIO through the model and print the transcript as it is committed"),
-        ("translate", "translate", "stream AUDIO and print its translation into English (multilingual Whisper)"),
+        ("translate", "translate", "stream AUDIO and print its translation: into English (multilingual Whisper), "
+                                   "or with --to LANG through a cascade ASR -> MT (-> speech with --speak)"),
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("audio", help="audio file (wav, flac, ogg; any sample rate and channel count)")
         add_stream_arguments(p)
+        if name == "translate":
+            from simulst.cascade.cli import add_cascade_arguments
+
+            add_cascade_arguments(p)
         p.add_argument("--realtime", action="store_true",
                        help="computation-aware: feed audio at wall-clock speed while the model computes")
         p.add_argument("--json", action="store_true", help="print JSON lines only (one per emission, then a final one)")
@@ -50,6 +55,10 @@ def _register_extra(sub: argparse._SubParsersAction) -> None:
 
 def run_stream(args: argparse.Namespace) -> int:
     """The transcribe / translate subcommands."""
+    if getattr(args, "to", None):
+        from simulst.cascade.cli import run_cascade
+
+        return run_cascade(args)
     options = stream_options_from_args(args)
     audio = load_audio(args.audio)
     model = model_from_args(args, task=args.task)

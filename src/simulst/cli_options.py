@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.models.base import SpeechModel
@@ -19,9 +20,12 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
                        help="encoder window: Whisper's padded 30 s (full) or only the audio read (audio)")
     group.add_argument("--window-pad-ms", type=float, default=4000.0,
                        help="silence appended to the audio window (default 4000; see bench/)")
+    group.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+                       help="int8: quantised decoder weights, faster on CPU (default fp32)")
     group.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ... (default cpu)")
     group = parser.add_argument_group("onlinization")
-    group.add_argument("--policy", default="la-2", help="offline | la-N | hold-N | sp-N | wait-N (default la-2)")
+    group.add_argument("--policy", default="la-2",
+                       help="offline | la-N | hold-N | sp-N | wait-N | ctc[:C_END] (default la-2)")
     group.add_argument("--chunk-ms", type=float, default=1000.0, help="decode every MS of new audio (default 1000)")
     group.add_argument("--initial-wait-ms", type=float, default=0.0, help="length of the first chunk (default: chunk)")
     group.add_argument("--search", default="greedy",
@@ -37,6 +41,19 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--beam", type=int, default=5, help="beam size for beam searches (default 5)")
     group.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length**P (default 1.0)")
     group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
+    group = parser.add_argument_group("CTC (2023 paper §2.2-2.3; simulst.ctc)")
+    group.add_argument("--ctc-threshold", type=float, default=None, metavar="C",
+                       help="C_end of --policy ctc: stop a chunk's search when log Odds_end > C (default 0; inf: "
+                            "never stop early)")
+    group.add_argument("--ctc-head", default=None, metavar="PATH",
+                       help="CTC head on the encoder (simulst train-ctc); default: the head shipped for the model "
+                            "when --policy ctc or --ctc-weight needs one (Whisper tiny.en)")
+    group.add_argument("--ctc-weight", type=float, default=0.0, metavar="LAMBDA",
+                       help="joint CTC/attention scoring weight (greedy/beam; needs a head over the decoder's "
+                            "vocabulary; default 0)")
+    group.add_argument("--ctc-odds", choices=("next", "any"), default="next",
+                       help="word-level CTC policy denominator: the decoder's next word (next, the paper's c_att) "
+                            "or every continuation (any, eq. 4)")
 
 
 def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
@@ -45,13 +62,28 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         name=args.search, beam=args.beam, length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
         repetition_detection=getattr(args, "repetition_detection", False),
         carry_over=getattr(args, "carry_over", True),
+        ctc_weight=getattr(args, "ctc_weight", 0.0),
     )
+    policy = PolicyOptions.parse(args.policy)
+    if policy.name == "ctc":
+        threshold = getattr(args, "ctc_threshold", None)
+        policy = dataclasses.replace(policy, ctc_threshold=policy.ctc_threshold if threshold is None else threshold,
+                                     ctc_odds=getattr(args, "ctc_odds", "next"))
     return StreamOptions(
         chunk_ms=args.chunk_ms,
         initial_wait_ms=args.initial_wait_ms,
         search=search,
-        policy=PolicyOptions.parse(args.policy),
+        policy=policy,
     )
+
+
+def ctc_head_from_args(args: argparse.Namespace) -> str | None:
+    """``--ctc-head``, or ``"default"`` (the shipped head) when a CTC policy or weight is asked for without one."""
+    if getattr(args, "ctc_head", None):
+        return str(args.ctc_head)
+    policies = [getattr(args, "policy", ""), *(getattr(args, "policies", None) or [])]
+    wants = any(str(p).strip().lower().startswith("ctc") for p in policies) or getattr(args, "ctc_weight", 0.0) > 0
+    return "default" if wants else None
 
 
 def model_from_args(args: argparse.Namespace, task: str = "transcribe") -> SpeechModel:
@@ -60,5 +92,5 @@ def model_from_args(args: argparse.Namespace, task: str = "transcribe") -> Speec
 
     return load_model(
         args.model, device=args.device, language=args.language, task=task, window=args.window,
-        window_pad_ms=args.window_pad_ms,
+        window_pad_ms=args.window_pad_ms, precision=args.precision, ctc_head=ctc_head_from_args(args),
     )

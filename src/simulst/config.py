@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from simulst.errors import OptionError
 
 SEARCH_NAMES = ("greedy", "beam", "bwbs", "ibwbs", "ibwbs2", "rewind")
-POLICY_NAMES = ("offline", "la", "hold", "sp", "wait")
+POLICY_NAMES = ("offline", "la", "hold", "sp", "wait", "ctc")
+CTC_ODDS = ("next", "any")
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class SearchOptions:
             for blockwise models and switch it off for offline (full-context) models such as Whisper.
         carry_over: blockwise searches continue their kept active beam (BWBS: all beams) in the next chunk, as the
             papers' algorithms do; False restarts every chunk from the committed output.
+        ctc_weight: λ of joint CTC/attention scoring, (1−λ)·log p_att + λ·log p_ctc-prefix (2023 paper §2.2),
+            greedy and beam search only; needs a CTC head over the decoder's vocabulary. 0: attention only.
     """
 
     name: str = "greedy"
@@ -37,6 +41,7 @@ class SearchOptions:
     max_tokens_per_s: float = 12.0
     repetition_detection: bool = False
     carry_over: bool = True
+    ctc_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in SEARCH_NAMES:
@@ -45,6 +50,8 @@ class SearchOptions:
             raise OptionError(f"beam size must be >= 1, got {self.beam}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise OptionError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0.0 <= self.ctc_weight <= 1.0:
+            raise OptionError(f"CTC weight must be in [0, 1], got {self.ctc_weight}")
         for flag in ("repetition_detection", "carry_over"):
             if not isinstance(getattr(self, flag), bool):
                 raise OptionError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
@@ -56,32 +63,45 @@ class PolicyOptions:
 
     Attributes:
         name: ``offline`` (decode once at the end), ``la`` (LA-n), ``hold`` (hold-n), ``sp`` (SP-n), ``wait``
-            (wait-k over chunks).
+            (wait-k over chunks), ``ctc`` (the CTC online policy, 2023 paper §2.3: :mod:`simulst.policies.ctc_end`).
         n: the policy's n (k for wait-k).
+        ctc_threshold: C_end of the CTC policy: a chunk's search stops when log Odds_end > C_end (+inf: never).
+        ctc_odds: the CTC policy's denominator with a CTC head of another vocabulary: ``next`` (the paper's
+            c_att: the CTC labels that start the decoder's next word) or ``any`` (every continuation: eq. 4).
     """
 
     name: str = "la"
     n: int = 2
+    ctc_threshold: float = 0.0
+    ctc_odds: str = "next"
 
     def __post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
             raise OptionError(f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N")
+        if self.ctc_odds not in CTC_ODDS or math.isnan(self.ctc_threshold):
+            raise OptionError(f"CTC policy: odds must be one of {', '.join(CTC_ODDS)} and C_end a number")
         minimum = 0 if self.name in ("hold", "offline") else 1
         if self.n < minimum:
             raise OptionError(f"policy {self.name}-{self.n}: n must be >= {minimum}")
 
     @classmethod
     def parse(cls, spec: str) -> PolicyOptions:
-        """Parse a policy name as the papers write it: ``offline``, ``la-2``, ``hold-6``, ``sp-2``, ``wait-3``."""
+        """Parse a policy name as the papers write it: ``offline``, ``la-2``, ``hold-6``, ``sp-2``, ``wait-3``,
+        ``ctc`` (C_end = 0) or ``ctc:C`` (C_end = C, e.g. ``ctc:-1.5``, ``ctc:inf``)."""
         spec = spec.strip().lower()
         if spec == "offline":
             return cls("offline", 0)
+        ctc = re.fullmatch(r"ctc(?::([-+]?(?:inf|\d+(?:\.\d*)?|\.\d+)))?", spec)
+        if ctc:
+            return cls("ctc", 1, ctc_threshold=float(ctc.group(1) or 0.0))
         match = re.fullmatch(r"(la|hold|sp|wait)-?(\d+)", spec)
         if not match:
-            raise OptionError(f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N")
+            raise OptionError(f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc[:C]")
         return cls(match.group(1), int(match.group(2)))
 
     def __str__(self) -> str:
+        if self.name == "ctc":
+            return f"ctc:{self.ctc_threshold:g}"
         return "offline" if self.name == "offline" else f"{self.name}-{self.n}"
 
 

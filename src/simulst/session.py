@@ -88,7 +88,7 @@ class Session:
             audio=np.zeros(rate * 4, dtype=np.float32),
             next_decode=max(1, round(first * rate / 1000)),
             policy=make_policy(self.options.policy, self.options.chunk_ms),
-            searcher=make_searcher(self.options.search),
+            searcher=make_searcher(self.options.search, self.options.policy),
         )
 
     # ------------------------------------------------------------------------------------ public API
@@ -176,8 +176,9 @@ class Session:
         return self._commit(target, samples, final)
 
     def _reusable_for_final(self) -> bool:
-        # Offline searches give the same hypotheses whether or not the source has ended.
-        return self.options.search.name in ("greedy", "beam")
+        # Offline searches give the same hypotheses whether or not the source has ended (not with the CTC
+        # policy: its search stops early only before the source ends).
+        return self.options.search.name in ("greedy", "beam") and self.options.policy.name != "ctc"
 
     def _search(self, audio: np.ndarray, final: bool) -> list[Hypothesis]:
         st = self.state

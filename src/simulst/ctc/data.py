@@ -126,7 +126,7 @@ def augment(audio: np.ndarray, rng: random.Random) -> np.ndarray:
     audio = audio / peak * 10 ** (rng.uniform(-45.0, -1.0) / 20)
     if rng.random() < 0.7:
         nprng = np.random.default_rng(rng.randrange(2**32))
-        noise = nprng.standard_normal(audio.shape[0]).astype(np.float32)
+        noise = np.asarray(nprng.standard_normal(int(audio.shape[0])), dtype=np.float32)
         if rng.random() < 0.5:  # brown-ish noise: integrated white noise, high-passed by the mean removal
             noise = np.cumsum(noise) * 0.02
             noise -= np.convolve(noise, np.ones(801) / 801, mode="same")
@@ -149,10 +149,20 @@ def _make_one(job: tuple[int, int, str, str, tuple[str, ...]]) -> tuple[str, str
     return name, f"audio/{name}.wav", audio.shape[0] / SAMPLE_RATE, text
 
 
+def _make_or_reuse(job: tuple[int, int, str, str, tuple[str, ...]]) -> tuple[str, str, float, str] | None:
+    index, _, text, folder, _ = job
+    name = f"syn-{index:06d}"
+    path = Path(folder) / f"{name}.wav"
+    if path.is_file():  # utterance i depends only on (seed, i, text): an existing file is the same utterance
+        return name, f"audio/{name}.wav", sf.info(str(path)).frames / SAMPLE_RATE, text
+    return _make_one(job)
+
+
 def synthesize_corpus(sentences: Sequence[str], out_dir: Path, seed: int = 0, workers: int = 2) -> Path:
     """Synthesise one utterance per sentence into ``out_dir/audio`` and write ``out_dir/manifest.tsv``.
 
-    Returns the manifest path. Utterances whose synthesis fails are left out.
+    Returns the manifest path. Utterances whose synthesis fails are left out. Audio files already in
+    ``out_dir/audio`` are reused (a corpus grows or shrinks reproducibly with the number of sentences).
     """
     audio_dir = out_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
@@ -160,9 +170,9 @@ def synthesize_corpus(sentences: Sequence[str], out_dir: Path, seed: int = 0, wo
     jobs = [(i, seed, text, str(audio_dir), available) for i, text in enumerate(sentences)]
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
-            rows = list(pool.map(_make_one, jobs, chunksize=16))
+            rows = list(pool.map(_make_or_reuse, jobs, chunksize=16))
     else:
-        rows = [_make_one(job) for job in jobs]
+        rows = [_make_or_reuse(job) for job in jobs]
     manifest = out_dir / "manifest.tsv"
     with manifest.open("w", encoding="utf-8") as f:
         f.write("id\taudio\tduration_s\ttranscript\n")

@@ -89,7 +89,7 @@ class HeadConfig:
     d_model: int
     symbols: tuple[str, ...]
     encoder: EncoderSignature
-    hidden: int = 256
+    hidden: int = 192
     kernel: int = 5
     layers: int = 2
     window: tuple[str, ...] = ("full",)
@@ -189,7 +189,7 @@ def load_head(path: str | Path, device: str | torch.device = "cpu") -> CtcHead:
         head.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()})
     except ModelLoadError:
         raise
-    except Exception as err:  # noqa: BLE001 - any corrupt file becomes one typed error
+    except Exception as err:
         raise ModelLoadError(f"cannot read CTC head {path}: {err}") from err
     return head.to(device).eval()
 
@@ -223,7 +223,7 @@ def read_config(path: str | Path) -> HeadConfig:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
         return HeadConfig.from_json(metadata[METADATA_KEY])
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise ModelLoadError(f"cannot read CTC head config of {path}: {err}") from err
 
 

@@ -13,14 +13,17 @@ filtered to speakable prose (mostly dictionary words, no code), plus a share of 
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import importlib
 import inspect
 import random
 import re
 import unicodedata
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 BLANK = "<blank>"
@@ -52,6 +55,11 @@ class CharVocabulary:
     def blank(self) -> int:
         """Id of the blank (always 0)."""
         return 0
+
+    @property
+    def token_level(self) -> bool:
+        """Characters are not a decoder vocabulary: the CTC policy runs word by word."""
+        return False
 
     def __len__(self) -> int:
         return len(self.symbols)
@@ -177,8 +185,7 @@ def _python_reference() -> Iterator[str]:
         from pydoc_data.topics import topics
     except ImportError:
         return
-    for text in topics.values():
-        yield text
+    yield from topics.values()
 
 
 _STDLIB_MODULES = (
@@ -194,15 +201,16 @@ _STDLIB_MODULES = (
 
 def _docstrings() -> Iterator[str]:
     for name in _STDLIB_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - an optional source; skip modules this Python lacks
-            continue
-        yield inspect.getdoc(module) or ""
-        for _, obj in inspect.getmembers(module):
-            doc = inspect.getdoc(obj) if inspect.isclass(obj) or inspect.isfunction(obj) else None
-            if doc:
-                yield doc
+        with warnings.catch_warnings():  # some members are deprecated aliases (typing.re, ...)
+            warnings.simplefilter("ignore")
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # an optional source: skip modules this Python lacks
+                continue
+            docs = [inspect.getdoc(module) or ""]
+            docs += [inspect.getdoc(obj) or "" for _, obj in inspect.getmembers(module)
+                     if inspect.isclass(obj) or inspect.isfunction(obj)]
+        yield from (doc for doc in docs if doc)
 
 
 def _man_pages(limit: int = 400) -> Iterator[str]:
@@ -252,6 +260,36 @@ def harvest_sentences(seed: int = 0, random_share: float = 0.1, dictionary: set[
     return sentences
 
 
+def load_sentences(path: str | Path | None = None) -> list[str]:
+    """Training sentences, one per line (``.gz`` read transparently); default: the shipped English list.
+
+    The shipped list (``simulst/assets/ctc/sentences-en.txt.gz``, 5000 sentences) is the output of
+    ``python -m simulst.ctc.text OUT --count 5000`` on the machine that trained the shipped head. It is shipped
+    because harvesting is not bit-reproducible across machines: which docstrings and manual pages exist depends
+    on the Python version, the installed packages and even on which modules are already imported.
+    """
+    if path is None:
+        source = resources.files("simulst") / "assets" / "ctc" / "sentences-en.txt.gz"
+        raw = source.read_bytes()
+    else:
+        raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return [line.strip() for line in raw.decode("utf-8").splitlines() if line.strip()]
+
+
+def write_sentences(sentences: Sequence[str], path: str | Path) -> Path:
+    """Write one sentence per line (gzip when the name ends in ``.gz``, with a fixed timestamp)."""
+    path = Path(path)
+    data = ("\n".join(sentences) + "\n").encode("utf-8")
+    if path.suffix == ".gz":
+        with gzip.GzipFile(str(path), "wb", mtime=0) as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
 def word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
     """Levenshtein distance between two sequences (words or characters)."""
     previous = list(range(len(hypothesis) + 1))
@@ -262,3 +300,23 @@ def word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
         previous = current
     return previous[-1]
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m simulst.ctc.text OUT [--count N] [--seed S]``: harvest a sentence list (as the shipped one).
+
+    To reproduce the shipped list exactly, run it in a fresh interpreter that has imported ``simulst.ctc.data``
+    first (the state it was made in): ``python -c "import simulst.ctc.data, sys; from simulst.ctc.text import main;
+    sys.exit(main(['OUT.txt.gz']))"``.
+    """
+    parser = argparse.ArgumentParser(prog="python -m simulst.ctc.text", description=main.__doc__)
+    parser.add_argument("out")
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    sentences = harvest_sentences(seed=args.seed)[: args.count]
+    print(f"{len(sentences)} sentences -> {write_sentences(sentences, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -59,8 +59,9 @@ def read_manifest(path: Path) -> list[tuple[Path, str]]:
 def encoder_frames(model: Any, audio: np.ndarray, window: str) -> torch.Tensor:
     """(T_audio, D) frames of the frozen encoder over ``audio`` (``full`` 30 s window or ``audio`` window)."""
     full = 2 * model.dims.max_source_positions
-    needed = max(2, 2 * math.ceil(audio.shape[0] / 320))
-    n_mel = full if window == "full" else min(full, needed)
+    # "audio": as WhisperModel.encode - the audio read plus the model's silence padding, rounded up to even
+    padded = audio.shape[0] + int(getattr(model, "window_pad_samples", 0))
+    n_mel = full if window == "full" else min(full, max(2, 2 * math.ceil(padded / 320)))
     with torch.inference_mode():
         mel = log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
                                   model.dims.num_mel_bins, n_mel)
@@ -70,9 +71,9 @@ def encoder_frames(model: Any, audio: np.ndarray, window: str) -> torch.Tensor:
 
 
 def pack_windows(durations: Sequence[float], rng: random.Random, max_window_s: float = 28.0,
-                 single_share: float = 0.3) -> list[list[int]]:
+                 single_share: float = 0.1) -> list[list[int]]:
     """Group utterance indices into windows: ``single_share`` hold one utterance, the others are filled up to a
-    random target length in [5 s, max_window_s]."""
+    random target length in [14 s, max_window_s]."""
     order = list(range(len(durations)))
     rng.shuffle(order)
     windows: list[list[int]] = []
@@ -83,7 +84,7 @@ def pack_windows(durations: Sequence[float], rng: random.Random, max_window_s: f
             windows.append(current)
             current, total = [], 0.0
         if not current:
-            target = 0.0 if rng.random() < single_share else rng.uniform(5.0, max_window_s)
+            target = 0.0 if rng.random() < single_share else rng.uniform(min(14.0, max_window_s), max_window_s)
         if durations[i] > max_window_s:
             continue
         current.append(i)
@@ -99,7 +100,7 @@ def cache_features(
     out_dir: Path,
     vocabulary: CharVocabulary,
     seed: int = 0,
-    audio_window_share: float = 0.25,
+    audio_window_share: float = 0.2,
     max_window_s: float = 28.0,
     log: Log = print,
 ) -> Path:
@@ -117,6 +118,7 @@ def cache_features(
     rng = random.Random(seed)
     audios = [load_audio(path) for path, _ in rows]
     windows = pack_windows([a.shape[0] / 16000 for a in audios], rng, max_window_s)
+    log(f"read {len(rows)} utterances; encoding {len(windows)} windows")
     frames: list[torch.Tensor] = []
     labels: list[list[int]] = []
     kinds: list[str] = []
@@ -136,7 +138,7 @@ def cache_features(
             frames.append(x)
             labels.append(label)
             kinds.append(window)
-        if (n + 1) % 100 == 0:
+        if (n + 1) % 50 == 0:
             log(f"encoded {n + 1}/{len(windows)} windows ({time.perf_counter() - start:.0f} s)")
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.save({"frames": frames, "labels": labels, "windows": kinds, "utterances": len(rows),
@@ -217,7 +219,7 @@ def train_head(
             torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
             optimizer.step()
             schedule.step()
-            running += float(loss)
+            running += loss.item()
             count += 1
             step += 1
             if step % 50 == 0:
@@ -284,7 +286,7 @@ def evaluate_head(model: Any, head: CtcHead, manifests: Sequence[Path], window: 
                      tuple(outputs))
 
 
-def new_config(model: Any, name: str, hidden: int = 256, kernel: int = 5, layers: int = 2,
+def new_config(model: Any, name: str, hidden: int = 192, kernel: int = 5, layers: int = 2,
                windows: Sequence[str] = ("full", "audio")) -> HeadConfig:
     """A head config for ``model``'s encoder with the character vocabulary."""
     vocabulary = CharVocabulary()

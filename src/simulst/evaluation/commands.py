@@ -212,7 +212,7 @@ def score_command(args: argparse.Namespace) -> int:
 
 def sweep_command(args: argparse.Namespace) -> int:
     """``simulst sweep``: run the grid, write sweep.csv / sweep.md / plots, print the Markdown table."""
-    from simulst.cli_options import model_from_args, stream_options_from_args
+    from simulst.cli_options import ctc_head_from_args, model_from_args, stream_options_from_args
     from simulst.evaluation.plots import plot_sweep
     from simulst.evaluation.sweep import build_grid, parse_grid, quality_metric_for, run_sweep, write_table
     from simulst.models.loading import load_model
@@ -224,7 +224,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     eval_options = eval_options_from_args(args)
     if args.jobs > 1:
         factory: Any = functools.partial(load_model, args.model, device=args.device, language=args.language,
-                                         task=args.task, window=args.window)
+                                         task=args.task, window=args.window, ctc_head=ctc_head_from_args(args))
     else:
         def factory() -> Any:
             return model_from_args(args, task=args.task)

@@ -11,6 +11,9 @@ The corpus scores are keyed by SimulEval's metric names (``AL``, ``LAAL``, ``AP`
 * ``Emissions`` — mean number of emissions (non-empty writes) per instance.
 * ``DecoderCallsPerWord`` — Σ decoder forward calls / Σ output words (simulst logs only): the papers'
   hardware-free cost measure.
+* ``DecoderCalls``, ``DecoderPositions``, ``EncoderCalls`` — totals over the instances (simulst logs only):
+  decoder forward calls (one batched step over all beams counts once; the papers' "# fw. passes"), token positions
+  the decoder computed (batch × new tokens), encoder calls.
 """
 
 from __future__ import annotations
@@ -237,6 +240,13 @@ def score_records(records: Sequence[InstanceRecord], options: ScoreOptions | Non
         for row, c, w in zip(rows, calls, words, strict=True):
             row["decoder_calls"] = c
             row["DecoderCallsPerWord"] = (c / w) if c is not None and w else None
+    for key, name in (("decoder_calls", "DecoderCalls"), ("decoder_positions", "DecoderPositions"),
+                      ("encoder_calls", "EncoderCalls")):  # totals: the papers' "# fw. passes" (simulst logs)
+        counts = [r.simulst.get(key) for r in records]
+        if all(isinstance(c, int) for c in counts):
+            scores[name] = sum(int(c) for c in counts if c is not None)
+            for row, c in zip(rows, counts, strict=True):
+                row[key] = c
 
     units = {str(r.simulst["latency_unit"]) for r in records if r.simulst.get("latency_unit")}
     if units and units != {options.latency_unit}:

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 SWEEP_CSV = "sweep.csv"
 SWEEP_MD = "sweep.md"
 MD_LATENCY = ("AL", "LAAL", "AL_CA", "LAAL_CA", "StartOffset", "EndOffset")
-MD_COST = ("ComputeRTF", "DecoderCallsPerWord", "Emissions", "EmptyOutputs")
+MD_COST = ("ComputeRTF", "DecoderCallsPerWord", "DecoderCalls", "DecoderPositions", "Emissions", "EmptyOutputs")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,25 @@ import torch
 from simulst.types import Costs
 
 
+class CtcLabels(Protocol):
+    """What the columns of :attr:`Encoded.ctc_log_probs` mean (the CTC head's label set)."""
+
+    @property
+    def blank(self) -> int:
+        """Id of the CTC blank."""
+        ...
+
+    @property
+    def token_level(self) -> bool:
+        """True when the labels are the decoder's own token ids (joint scoring and a per-token CTC policy
+        apply); False for another vocabulary (e.g. characters: the CTC policy runs word by word)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """CTC label ids of a text."""
+        ...
+
+
 @dataclass(frozen=True)
 class Encoded:
     """Encoder output for the audio read so far.
@@ -34,12 +53,14 @@ class Encoded:
         audio_samples: number of source samples that were encoded.
         ctc_log_probs: optional (T', V_ctc) CTC log-posteriors of a CTC head on this encoding.
         extra: adapter-specific data (e.g. precomputed cross-attention keys/values).
+        ctc_labels: the label set of ``ctc_log_probs`` (set together with it).
     """
 
     frames: torch.Tensor
     audio_samples: int
     ctc_log_probs: torch.Tensor | None = None
     extra: Any = None
+    ctc_labels: CtcLabels | None = None
 
 
 class Tokenizer(Protocol):

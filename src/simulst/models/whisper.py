@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,8 +23,12 @@ from simulst.models.tokenizer import BpeTokenizer
 from simulst.models.whisper_net import KV, WhisperNet
 from simulst.types import Costs
 
+if TYPE_CHECKING:
+    from simulst.ctc.head import CtcHead
+
 WINDOWS = ("full", "audio")
 TASKS = ("transcribe", "translate")
+PRECISIONS = ("fp32", "int8")
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,12 @@ class WhisperModel:
             padding Whisper, trained on padded 30 s windows, often misses the end of short audio and loops
             ("and so and so ..."); a few seconds of padding restore the end-of-speech cue (bench/ measures it).
         window_pad_ms: silence appended to the audio window.
+        precision: ``fp32``, or ``int8``: the decoder's weights quantised to int8 (dynamic, per channel), which
+            makes a CPU decoder step markedly faster (it is memory-bound); the encoder stays fp32.
         device: torch device.
+
+    Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
+    ``load_model(..., ctc_head=...)``); ``encode`` then fills ``Encoded.ctc_log_probs`` for the frames of the audio.
     """
 
     sample_rate = SAMPLE_RATE
@@ -70,13 +79,21 @@ class WhisperModel:
         task: str = "transcribe",
         window: str = "full",
         window_pad_ms: float = 4000.0,
+        precision: str = "fp32",
         device: str = "cpu",
     ) -> None:
         if window not in WINDOWS:
             raise OptionError(f"unknown encoder window {window!r}; choose one of {', '.join(WINDOWS)}")
         if task not in TASKS:
             raise OptionError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+        if precision not in PRECISIONS:
+            raise OptionError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         self.device = torch.device(device)
+        if precision == "int8":
+            if self.device.type != "cpu":
+                raise OptionError("int8 precision runs on the CPU only (use --device cpu)")
+            net.quantize_int8()
+        self.precision = precision
         self.net = net.to(self.device).eval()
         self.dims = net.dims
         self.tokenizer = tokenizer
@@ -99,6 +116,7 @@ class WhisperModel:
             raise OptionError(f"unknown language {language!r} for this Whisper checkpoint")
         self.language = language
         self.task = task
+        self.ctc_head: CtcHead | None = None
         self.max_source_samples = self.dims.max_source_positions * 2 * HOP_LENGTH
         self.max_length = self.dims.max_target_positions // 2
         suppress = set(int(t) for t in config.get("suppress_tokens") or [])
@@ -147,7 +165,11 @@ class WhisperModel:
             cross = self.net.model.decoder.cross_kv(frames)
         costs.encoder_calls += 1
         costs.encoder_frames += n_frames
-        return Encoded(frames=frames, audio_samples=samples, extra=cross)
+        if self.ctc_head is None:
+            return Encoded(frames=frames, audio_samples=samples, extra=cross)
+        ctc = self.ctc_head.log_probs(frames, samples)  # (T', V_ctc), the frames of the audio read
+        return Encoded(frames=frames, audio_samples=samples, extra=cross, ctc_log_probs=ctc,
+                       ctc_labels=self.ctc_head.vocabulary)
 
     # ----------------------------------------------------------------------------------- decoder
     def _forward(

@@ -6,6 +6,7 @@ import math
 
 from simulst.config import PolicyOptions
 from simulst.policies.base import Policy, longest_common_prefix
+from simulst.policies.ctc_end import CtcEnd
 from simulst.policies.hold_n import HoldN
 from simulst.policies.local_agreement import LocalAgreement
 from simulst.policies.offline import Offline
@@ -16,6 +17,7 @@ from simulst.policies.wait_k import WaitK
 WAIT_K_TOKENS_PER_SECOND = 3.0
 
 __all__ = [
+    "CtcEnd",
     "HoldN",
     "LocalAgreement",
     "Offline",
@@ -35,6 +37,8 @@ def make_policy(options: PolicyOptions, chunk_ms: float) -> Policy:
         return HoldN(options.n)
     if options.name == "sp":
         return SharedPrefix(options.n)
+    if options.name == "ctc":
+        return CtcEnd()  # the stopping half of the CTC policy is in the searcher (make_searcher)
     if options.name == "wait":
         per_chunk = max(1, math.ceil(WAIT_K_TOKENS_PER_SECOND * chunk_ms / 1000.0))
         return WaitK(options.n, per_chunk)

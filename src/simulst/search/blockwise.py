@@ -35,7 +35,9 @@ How the algorithms meet :class:`~simulst.session.Session` (which encodes, applie
 * Consequence (by the algorithms, not a bug): with IBWBS the best hypothesis of a chunk always extends the one
   of the chunk before, so LA-n agrees on it by construction - it delays the output by n-1 chunks and never
   revises it; hold-n delays it by n tokens. Improved IBWBS re-opens the last two tokens every chunk (l. 20), so
-  LA-2 then checks the agreement of those two.
+  LA-2 then checks the agreement of those two. ``carry_over=False`` instead restarts every chunk from the
+  committed output (the active beam cut back to what the policy showed, as ESPnet's hold-n truncates its running
+  hypothesis): the policies then revise the unshown tail as with beam search, at the cost of searching it again.
 * *Remove the last two tokens*: ``<eos>`` counts as one of them (the beam "A B <eos>" becomes "A"), as in ESPnet's
   ``BatchBeamSearchOnline`` (Tsunoo's implementation, which rewinds the search two steps); tokens already
   committed are never removed (the session cannot retract them).
@@ -56,6 +58,8 @@ How the algorithms meet :class:`~simulst.session.Session` (which encodes, applie
   IBWBS also stops beams on a repetition (the 2023 paper's Alg. 1 omits it, its §3.2 keeps it for blockwise
   models).
 * The token budget ``max_new_tokens`` counts from the committed output, carried-over tokens included.
+* SPEC §3 and the papers: ``minScore`` is reset every block (2023 Alg. 1 l. 5), only ``Seen`` and the active
+  beam live across chunks; the rewinding step goes back two steps (see :mod:`simulst.search.rewind`).
 * On the final chunk (``final=True``) every searcher is offline beam search (:class:`BeamSearch`) from its
   forced prefix (BWBS: continuing all its beams), so one final chunk is exactly offline beam search.
 * BWBS keeps all its beams, but beams that do not extend the committed output are dropped (the output is shown

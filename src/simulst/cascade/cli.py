@@ -1,0 +1,209 @@
+"""``simulst translate AUDIO --to LANG``: the cascade (streaming ASR → simultaneous MT → optional speech).
+
+Same output contract as :func:`simulst.cli.run_stream`: one line per translated emission as it is committed
+(``--json``: ``{"event": "emission", "text", "source_ms", "elapsed_ms"}``, times on the *audio* timeline), then a
+summary (``--json``: ``{"event": "final", "text", "source_text", "source_ms", "compute_s", "rtf",
+"decoder_passes", ...}``). ``--speak OUT.wav`` also writes the translated speech and reports its StartOffset /
+EndOffset. Offline by default: Whisper tiny.en + Apertium + espeak-ng.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from simulst.cascade.options import MTOptions
+from simulst.cascade.pipeline import CascadeFactory, CascadeSession, cascade_factory
+from simulst.config import PolicyOptions, SearchOptions
+from simulst.errors import OptionError
+from simulst.types import Emission
+
+
+def add_cascade_arguments(parser: argparse.ArgumentParser, speech: bool = True) -> None:
+    """Add the cascade options (``--to`` turns the cascade on); ``speech=False`` leaves out the speech output."""
+    group = parser.add_argument_group("cascade (ASR → MT → speech)")
+    group.add_argument("--to", metavar="LANG", default=None,
+                       help="translate into LANG with a cascade: the ASR transcript (source language: --language, "
+                            "default en) goes through a simultaneous MT stage, e.g. --to es")
+    group.add_argument("--mt", default="apertium", metavar="apertium|DIR_OR_HUB_ID",
+                       help="MT backend: apertium (default, offline: Debian apertium + apertium-eng-spa), "
+                            "apertium:PAIR, or a Hugging Face MarianMT / M2M100 / NLLB directory or hub id")
+    group.add_argument("--mt-policy", default="la-2",
+                       help="MT stage policy on the committed source: offline | la-N | hold-N | sp-N | wait-K "
+                            "(wait-K counts source words; default la-2)")
+    group.add_argument("--mt-search", default="greedy", help="greedy | beam, for neural MT (default greedy)")
+    group.add_argument("--mt-beam", type=int, default=5, help="beam size of --mt-search beam (default 5)")
+    if speech:
+        group.add_argument("--speak", metavar="OUT.wav", default=None,
+                           help="also synthesise each translated increment (espeak-ng) and write the speech as a "
+                                "wav, each piece at max(end of the previous, its emission time)")
+        group.add_argument("--voice", default=None, help="espeak-ng voice (default: the --to language)")
+        group.add_argument("--speech-rate", type=int, default=175, help="speaking rate, words per minute (175)")
+        group.add_argument("--speak-clock", choices=("source", "elapsed"), default=None,
+                           help="when a piece may start: its emission's source time, or its computation-aware "
+                                "elapsed time (default: elapsed with --realtime, else source)")
+
+
+def mt_options_from_args(args: argparse.Namespace) -> MTOptions:
+    """Build (and validate) :class:`MTOptions`; raises ``OptionError``."""
+    search = SearchOptions(name=args.mt_search, beam=args.mt_beam)
+    return MTOptions(policy=PolicyOptions.parse(args.mt_policy), search=search)
+
+
+def cascade_from_args(args: argparse.Namespace) -> CascadeFactory:
+    """A ``StreamOptions -> CascadeSession`` factory for the models the arguments name (for eval / sweep).
+
+    Raises:
+        ModelLoadError, OptionError: as the loaders do.
+    """
+    from simulst.cascade.loading import load_mt
+    from simulst.cli_options import model_from_args
+
+    mt_options = mt_options_from_args(args)
+    source_lang = getattr(args, "language", None) or "en"
+    mt = load_mt(args.mt, source_lang, args.to, getattr(args, "device", "cpu"))
+    asr = model_from_args(args, task="transcribe")
+    return cascade_factory(asr, mt, mt_options)
+
+
+def run_cascade(args: argparse.Namespace) -> int:
+    """``simulst translate AUDIO --to LANG [...]``: exit code 0 (1 when the audio is silent)."""
+    from simulst.audio.io import is_silent, load_audio
+    from simulst.cascade.loading import load_mt
+    from simulst.cli_options import model_from_args, stream_options_from_args
+    from simulst.tts.timeline import SpeechOutput
+
+    if not args.to:
+        raise OptionError("the cascade needs a target language (--to LANG)")
+    options = stream_options_from_args(args)
+    mt_options = mt_options_from_args(args)
+    speak_path = getattr(args, "speak", None)
+    speech = None
+    if speak_path:
+        from simulst.tts.espeak import EspeakSynthesizer
+
+        clock = args.speak_clock or ("elapsed" if args.realtime else "source")
+        speech = SpeechOutput(EspeakSynthesizer(args.voice or args.to, args.speech_rate), clock=clock)
+    audio = load_audio(args.audio)
+    source_lang = args.language or "en"
+    mt = load_mt(args.mt, source_lang, args.to, args.device)
+    asr = model_from_args(args, task="transcribe")
+    if asr.sample_rate != 16000:
+        audio = load_audio(args.audio, asr.sample_rate)
+    cascade = CascadeSession(asr, mt, options, mt_options, speech, catch_up=args.realtime)
+
+    printer = _json_printer if args.json else _text_printer
+    wall_start = time.perf_counter()
+    feed = _feed_realtime if args.realtime else _feed_fast
+    feed(cascade, audio, lambda e, wall: printer(e, wall if args.realtime else None))
+    wall_s = time.perf_counter() - wall_start
+    source_s = audio.shape[0] / asr.sample_rate
+    costs = cascade.costs
+    rtf = costs.compute_s / source_s if source_s else 0.0
+    speech_info: dict[str, object] | None = None
+    speech_line = ""
+    if speech is not None and speak_path:
+        path = speech.write(speak_path, min_ms=source_s * 1000.0)
+        m = speech.metrics(source_s * 1000.0)
+        offsets = "no speech" if m.start_offset_ms is None or m.end_offset_ms is None else (
+            f"StartOffset {m.start_offset_ms / 1000.0:.2f} s, EndOffset {m.end_offset_ms / 1000.0:.2f} s")
+        speech_line = (f"-- speech: {path}, {m.duration_ms / 1000.0:.2f} s, {m.segments} segments, {offsets} "
+                       f"({speech.clock} clock)")
+        speech_info = {
+            "path": str(path),
+            "duration_s": round(m.duration_ms / 1000.0, 3),
+            "speech_s": round(m.speech_ms / 1000.0, 3),
+            "segments": m.segments,
+            "start_offset_ms": None if m.start_offset_ms is None else round(m.start_offset_ms, 1),
+            "end_offset_ms": None if m.end_offset_ms is None else round(m.end_offset_ms, 1),
+            "clock": speech.clock,
+            "synthesis_s": round(m.synthesis_s, 4),
+        }
+    if args.json:
+        final = {
+            "event": "final",
+            "text": cascade.text,
+            "source_text": cascade.source_text,
+            "source_ms": round(source_s * 1000.0, 3),
+            "compute_s": round(costs.compute_s, 4),
+            "rtf": round(rtf, 4),
+            "decoder_passes": costs.decoder_calls,
+            "decoder_positions": costs.decoder_positions,
+            "encoder_calls": costs.encoder_calls,
+            "emissions": len(cascade.emissions),
+            "wall_s": round(wall_s, 4),
+            "mt": mt.name,
+            "mt_policy": str(mt_options.policy),
+            "mt_compute_s": round(cascade.mt.costs.compute_s, 4),
+        }
+        if speech_info is not None:
+            final["speech"] = speech_info
+        print(json.dumps(final, ensure_ascii=False), flush=True)
+    else:
+        print(f"\n{cascade.text}")
+        print(f"(source: {cascade.source_text})")
+        print(
+            f"-- {len(cascade.text.split())} words, {source_s:.2f} s of source, {costs.compute_s:.2f} s of compute "
+            f"({cascade.mt.costs.compute_s:.2f} s MT), real-time factor {rtf:.3f}, {len(cascade.emissions)} "
+            f"emissions, {costs.decoder_calls} decoder passes, MT {mt.name} {mt_options.policy}",
+            flush=True,
+        )
+        if speech_line:
+            print(speech_line, flush=True)
+    if is_silent(audio):
+        print("simulst: the audio is silent: nothing to translate", file=sys.stderr)
+        return 1
+    return 0
+
+
+Emit = Callable[[Emission, float], None]
+
+
+def _feed_fast(cascade: CascadeSession, audio: np.ndarray, emit: Emit) -> None:
+    """Computation-unaware: push the file chunk by chunk as fast as the models go."""
+    start = time.perf_counter()
+    step = cascade.chunk_samples
+    for pos in range(0, audio.shape[0], step):
+        for emission in cascade.push(audio[pos : pos + step]):
+            emit(emission, (time.perf_counter() - start) * 1000.0)
+    for emission in cascade.finish():
+        emit(emission, (time.perf_counter() - start) * 1000.0)
+
+
+def _feed_realtime(cascade: CascadeSession, audio: np.ndarray, emit: Emit) -> None:
+    """Computation-aware: audio arrives at wall-clock speed; the ASR reads whatever has arrived."""
+    rate = cascade.sample_rate
+    start = time.perf_counter()
+    pos = 0
+    total = audio.shape[0]
+    while pos < total:
+        now = time.perf_counter() - start
+        available = min(total, int(now * rate))
+        if available > pos:
+            for emission in cascade.push(audio[pos:available]):
+                emit(emission, (time.perf_counter() - start) * 1000.0)
+            pos = available
+        else:
+            time.sleep(max(0.001, min(total, cascade.next_decode) / rate - now))
+    for emission in cascade.finish():
+        emit(emission, (time.perf_counter() - start) * 1000.0)
+
+
+def _text_printer(emission: Emission, wall_ms: float | None) -> None:
+    clock = f" wall {wall_ms / 1000.0:6.2f} s" if wall_ms is not None else ""
+    print(f"[{emission.source_ms / 1000.0:6.2f} s{clock}] {emission.text}", flush=True)
+
+
+def _json_printer(emission: Emission, wall_ms: float | None) -> None:
+    record = {
+        "event": "emission",
+        "text": emission.text,
+        "source_ms": round(emission.source_ms, 3),
+        "elapsed_ms": round(wall_ms if wall_ms is not None else emission.elapsed_ms, 3),
+    }
+    print(json.dumps(record, ensure_ascii=False), flush=True)

@@ -1,0 +1,40 @@
+"""Options of the MT stage of a cascade (ASR → MT → optional TTS)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulst.config import PolicyOptions, SearchOptions
+from simulst.errors import OptionError
+
+
+@dataclass(frozen=True)
+class MTOptions:
+    """How the MT stage is onlinized and searched.
+
+    The MT stage decodes once per new committed source increment (an ASR emission), so its "chunks" are ASR
+    emissions: LA-n compares the translations of the last n source prefixes, hold-n drops the last n target
+    tokens (words for Apertium), and wait-k is defined on *source words* (target word i may be written once
+    k + i − 1 source words are committed; Ma et al. 2019 with γ = 1).
+
+    Attributes:
+        policy: the stable-hypothesis policy (``offline`` translates only at the end of the source).
+        search: search of neural backends (ignored by black-box backends such as Apertium).
+        max_len_a, max_len_b: a neural backend searches at most ``a · |source tokens| + b`` target tokens
+            (fairseq's ``max_len_a`` / ``max_len_b``), and never more than the model accepts.
+    """
+
+    policy: PolicyOptions = field(default_factory=PolicyOptions)
+    search: SearchOptions = field(default_factory=SearchOptions)
+    max_len_a: float = 2.0
+    max_len_b: int = 10
+
+    def __post_init__(self) -> None:
+        if self.policy.name == "ctc" or self.search.ctc_weight > 0:
+            raise OptionError("the MT stage has no CTC head: use offline, la-N, hold-N, sp-N or wait-K")
+        if self.max_len_a < 0 or self.max_len_b < 1:
+            raise OptionError(f"max_len_a must be >= 0 and max_len_b >= 1, got {self.max_len_a}, {self.max_len_b}")
+
+    def budget(self, source_tokens: int) -> int:
+        """The most target tokens searched for a source of ``source_tokens`` tokens."""
+        return int(self.max_len_a * source_tokens) + self.max_len_b

@@ -1,0 +1,149 @@
+"""A cascade stream: streaming ASR :class:`~simulst.session.Session` → :class:`MTStage` → optional speech output.
+
+Each stage keeps its own state; what one stage commits feeds the next as soon as it is committed. The cascade
+has the surface of :class:`~simulst.session.Session` (``push(audio) -> list[Emission]``, ``finish()``, ``text``,
+``costs``, ``emissions``, ``chunk_samples``), so whatever runs sessions (the CLI, the evaluation runner) runs a
+cascade unchanged; its emissions are the *translated* increments, timed on the audio timeline::
+
+    asr = load_model()                                   # Whisper tiny.en, offline
+    mt = ApertiumMT("eng-spa")
+    cascade = CascadeSession(asr, mt, StreamOptions(chunk_ms=1000), MTOptions(policy=PolicyOptions.parse("la-2")))
+    for piece in audio_pieces:
+        for emission in cascade.push(piece):
+            print(emission.text, end="", flush=True)
+    cascade.finish()
+    print(cascade.source_text)                           # the ASR transcript
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from simulst.cascade.backend import MTBackend
+from simulst.cascade.mt_stage import MTStage
+from simulst.cascade.options import MTOptions
+from simulst.config import StreamOptions
+from simulst.models.base import SpeechModel
+from simulst.session import Session
+from simulst.tts.timeline import SpeechOutput
+from simulst.types import Costs, Emission
+
+
+class CascadeSession:
+    """One stream through ASR → MT (→ TTS); models and backends are shared, the per-stream state is here.
+
+    Args:
+        asr: the speech-recognition model (shared).
+        mt: the MT backend (shared).
+        options: the ASR stage's chunking, search and policy.
+        mt_options: the MT stage's policy and search.
+        speech: an optional speech output that synthesises each translated increment.
+        catch_up: see :class:`~simulst.session.Session` (real-time use).
+    """
+
+    def __init__(
+        self,
+        asr: SpeechModel,
+        mt: MTBackend,
+        options: StreamOptions | None = None,
+        mt_options: MTOptions | None = None,
+        speech: SpeechOutput | None = None,
+        catch_up: bool = False,
+    ) -> None:
+        self.asr = Session(asr, options, catch_up=catch_up)
+        self.mt = MTStage(mt, mt_options)
+        self.speech = speech
+        self.options = self.asr.options
+        self.mt_options = self.mt.options
+
+    # ------------------------------------------------------------------------------------ Session's surface
+    @property
+    def chunk_samples(self) -> int:
+        """Samples per ASR chunk."""
+        return self.asr.chunk_samples
+
+    @property
+    def sample_rate(self) -> int:
+        """The ASR model's sample rate."""
+        return int(self.asr.model.sample_rate)
+
+    @property
+    def next_decode(self) -> int:
+        """The sample count at which the ASR decodes next."""
+        return self.asr.state.next_decode
+
+    @property
+    def text(self) -> str:
+        """The translation so far."""
+        return self.mt.text
+
+    @property
+    def emissions(self) -> list[Emission]:
+        """All translated emissions so far."""
+        return self.mt.emissions
+
+    @property
+    def costs(self) -> Costs:
+        """ASR + MT work counters (a fresh sum; ``extra`` keeps the MT stage's own counts under ``mt_*``)."""
+        total = Costs()
+        total.add(self.asr.costs)
+        mt = self.mt.costs
+        total.add(mt)
+        total.extra["mt_decoder_calls"] = mt.decoder_calls
+        total.extra["mt_encoder_calls"] = mt.encoder_calls
+        total.extra["mt_compute_ms"] = round(mt.compute_s * 1000.0)
+        return total
+
+    @property
+    def source_text(self) -> str:
+        """The ASR transcript so far."""
+        return self.asr.text
+
+    @property
+    def source_emissions(self) -> list[Emission]:
+        """The ASR stage's emissions."""
+        return self.asr.emissions
+
+    def push(self, audio: np.ndarray) -> list[Emission]:
+        """Read more audio; every ASR emission goes through the MT stage at once. Returns translated emissions."""
+        out: list[Emission] = []
+        for source in self.asr.push(audio):
+            out += self._speak(self.mt.push(source.text, source.source_ms, source.elapsed_ms))
+        return out
+
+    def finish(self) -> list[Emission]:
+        """The audio has ended: finish the ASR, then translate the whole transcript once more (no policy)."""
+        if self.mt.state.finished:
+            return []
+        final = self.asr.finish()
+        increment = "".join(e.text for e in final)
+        source_ms = self.asr.state.samples * 1000.0 / self.asr.model.sample_rate
+        elapsed_ms = source_ms + self.asr.costs.compute_s * 1000.0
+        return self._speak(self.mt.finish(increment, source_ms, elapsed_ms))
+
+    def _speak(self, emissions: list[Emission]) -> list[Emission]:
+        if self.speech is not None:
+            for emission in emissions:
+                self.speech.add(emission)
+        return emissions
+
+
+CascadeFactory = Callable[[StreamOptions], CascadeSession]
+
+
+def cascade_factory(
+    asr: SpeechModel,
+    mt: MTBackend,
+    mt_options: MTOptions | None = None,
+    speech_factory: Callable[[], SpeechOutput] | None = None,
+) -> CascadeFactory:
+    """A ``StreamOptions -> CascadeSession`` factory over shared models (what an evaluation runner needs to
+    run cascades in place of ``Session(model, options)``)."""
+
+    def make(options: StreamOptions) -> CascadeSession:
+        speech = speech_factory() if speech_factory is not None else None
+        return CascadeSession(asr, mt, options, mt_options, speech)
+
+    return make

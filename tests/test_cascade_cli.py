@@ -1,0 +1,63 @@
+"""``simulst translate AUDIO --to LANG``: the cascade behind the CLI contract, with speech output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from simulst.cli import build_parser, main
+from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
+
+needs_tools = pytest.mark.skipif(shutil.which("apertium") is None or shutil.which("espeak-ng") is None,
+                                 reason="apertium / espeak-ng not installed")
+
+
+def test_parser_routes_translate_to_the_cascade() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["translate", "a.wav", "--to", "es", "--mt-policy", "wait-3", "--speak", "o.wav"])
+    assert args.to == "es" and args.mt == "apertium" and args.mt_policy == "wait-3" and args.speak == "o.wav"
+    args = parser.parse_args(["translate", "a.wav"])
+    assert args.to is None  # Whisper's own X -> English task
+    with pytest.raises(SystemExit):
+        parser.parse_args(["transcribe", "a.wav", "--to", "es"])
+
+
+def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    audio = tmp_path / "a.wav"
+    sf.write(str(audio), np.zeros(1600, dtype=np.float32), 16000)
+    assert main(["translate", str(audio), "--to", "es", "--mt-policy", "ctc"]) == 2
+    assert "no CTC head" in capsys.readouterr().err
+    assert main(["translate", str(audio), "--to", "es", "--mt-policy", "soon"]) == 2
+    assert main(["translate", str(audio), "--to", "es", "--mt", str(tmp_path / "nope")]) == 2
+    assert "MT model" in capsys.readouterr().err
+
+
+@pytest.mark.real
+@needs_shared
+@needs_tools
+def test_jfk_to_spanish_json_and_speech(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wav = tmp_path / "jfk.es.wav"
+    code = main(["translate", str(JFK), "--to", "es", "--model", str(WHISPER_TINY_EN), "--json", "--speak", str(wav)])
+    out = capsys.readouterr().out
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    emissions, final = records[:-1], records[-1]
+    assert final["event"] == "final" and emissions and all(r["event"] == "emission" for r in emissions)
+    assert set(emissions[0]) == {"event", "text", "source_ms", "elapsed_ms"}
+    assert "".join(e["text"] for e in emissions) == final["text"]
+    assert "país" in final["text"] and "country" in final["source_text"]
+    assert final["source_ms"] == pytest.approx(11000.0)
+    assert all(e["elapsed_ms"] >= e["source_ms"] for e in emissions)
+    assert [e["source_ms"] for e in emissions] == sorted(e["source_ms"] for e in emissions)
+    assert emissions[0]["source_ms"] < 11000.0  # simultaneous: translation starts before the speech ends
+    speech = final["speech"]
+    audio, rate = sf.read(str(wav), dtype="float32")
+    assert rate == 22050 and audio.shape[0] / rate == pytest.approx(speech["duration_s"], abs=0.01)
+    assert float(np.sqrt(np.mean(audio**2))) > 0.01
+    assert speech["start_offset_ms"] == pytest.approx(emissions[0]["source_ms"], abs=1.0)
+    assert speech["end_offset_ms"] > 0

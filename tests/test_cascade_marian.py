@@ -1,0 +1,170 @@
+"""The Hugging Face seq2seq adapter and the MT stage on a tiny random MarianMT built offline (see cascade_fixtures)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from simulst.cascade.backend import NeuralMT
+from simulst.cascade.hf_seq2seq import HFSeq2SeqModel, load_hf_mt
+from simulst.cascade.loading import load_mt
+from simulst.cascade.mt_stage import MTStage
+from simulst.cascade.options import MTOptions
+from simulst.cascade.pipeline import CascadeSession
+from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.errors import ModelLoadError
+from simulst.models.base import DecoderModel
+from simulst.search import make_searcher
+from simulst.types import Costs, Emission
+from tests.cascade_fixtures import build_tiny_marian
+from tests.toy import ToySpeechModel, tone
+
+SOURCES = [
+    "Return the list of the names in the directory.",
+    "Split the string into a list of words",
+]
+
+
+@pytest.fixture(scope="module")
+def marian_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_tiny_marian(tmp_path_factory.mktemp("tiny-marian"))
+
+
+@pytest.fixture(scope="module")
+def backend(marian_dir: Path) -> NeuralMT:
+    return load_hf_mt(str(marian_dir))
+
+
+def model_of(backend: NeuralMT) -> HFSeq2SeqModel:
+    model = backend.model
+    assert isinstance(model, HFSeq2SeqModel)
+    return model
+
+
+def test_adapter_is_a_decoder_model(backend: NeuralMT) -> None:
+    model = model_of(backend)
+    assert isinstance(model, DecoderModel)
+    assert model.prompt == [model.net.config.decoder_start_token_id]
+    tok = model.tokenizer
+    pieces = model._hf.convert_ids_to_tokens(list(range(model.vocab_size)))
+    for token, piece in enumerate(pieces):
+        if piece.startswith("▁"):
+            assert tok.starts_word(token)
+        if piece in (".", ","):
+            assert tok.is_punctuation(token) and not tok.starts_word(token)
+    assert tok.starts_word(model.eos_id)
+    ids = tok.encode("Return the list")
+    assert tok.decode(ids) == " Return the list"
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_search_equals_generate(backend: NeuralMT, beams: int) -> None:
+    model = model_of(backend)
+    pad = model.net.config.pad_token_id
+    search = SearchOptions("greedy" if beams == 1 else "beam", beam=beams, max_new_tokens=12)
+    options = MTOptions(search=search)
+    for source in SOURCES:
+        batch = model._hf(source, return_tensors="pt")
+        generated = model.net.generate(**batch, num_beams=beams, do_sample=False, max_new_tokens=12,
+                                       bad_words_ids=[[pad]], length_penalty=1.0)
+        expected = [t for t in generated[0].tolist()[1:] if t not in (pad, model.eos_id)]
+        costs = Costs()
+        hyps = backend.translate(source, (), make_searcher(search), options, costs, final=True)
+        assert list(hyps[0].tokens) == expected
+        assert costs.encoder_calls == 1 and costs.decoder_calls >= 1
+
+
+def test_forced_prefix_pass_equals_stepwise_decoding(backend: NeuralMT) -> None:
+    model = model_of(backend)
+    enc = model.encode_text(SOURCES[0], Costs())
+    prefix = model.tokenizer.encode("the list of the names")
+    costs = Costs()
+    parallel, _ = model.start(enc, prefix, costs)
+    assert costs.decoder_calls == 1 and costs.decoder_positions == len(prefix) + 1
+    logp, state = model.start(enc, [], Costs())
+    for token in prefix:
+        step_logp, state = model.step(state, torch.tensor([token]), Costs())
+        logp = step_logp[0]
+    torch.testing.assert_close(parallel, logp, atol=1e-4, rtol=1e-4)
+    # Batched steps after select(): each row equals its own forced pass.
+    logp, state = model.start(enc, prefix[:2], Costs())
+    state = model.expand(state, 3)
+    rows = torch.tensor(prefix[2:5])
+    batched, state = model.step(state, rows, Costs())
+    for i, token in enumerate(rows.tolist()):
+        alone, _ = model.start(enc, [*prefix[:2], token], Costs())
+        torch.testing.assert_close(batched[i], alone, atol=1e-4, rtol=1e-4)
+    state = model.select(state, torch.tensor([2, 0]))
+    again, _ = model.step(state, torch.tensor([prefix[5], prefix[5]]), Costs())
+    alone, _ = model.start(enc, [*prefix[:2], prefix[4], prefix[5]], Costs())
+    torch.testing.assert_close(again[0], alone, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_whole_source_at_once_equals_offline_mt(backend: NeuralMT, search: str) -> None:
+    options = MTOptions(policy=PolicyOptions.parse("la-2"), search=SearchOptions(search, beam=3), max_len_a=1.0,
+                        max_len_b=4)
+    for source in SOURCES:
+        offline = backend.translate_text(source, options)
+        stage = MTStage(backend, options)
+        stage.finish(source, 4000.0, 4100.0)
+        assert stage.text.strip() == offline
+        stage = MTStage(backend, options)  # one non-final increment (LA-2 commits nothing), then the end
+        stage.push(source, 4000.0, 4100.0)
+        stage.finish("", 4000.0, 4100.0)
+        assert stage.text.strip() == offline
+
+
+@pytest.mark.parametrize("policy", ["la-1", "la-2", "hold-2", "wait-2"])
+def test_word_by_word_never_retracts(backend: NeuralMT, policy: str) -> None:
+    options = MTOptions(policy=PolicyOptions.parse(policy), max_len_a=1.0, max_len_b=4)
+    words = SOURCES[0].split()
+    stage = MTStage(backend, options)
+    shown = ""
+    for i, word in enumerate(words):
+        for e in stage.push((" " if i else "") + word, 500.0 * (i + 1), 600.0 * (i + 1)):
+            assert not e.final
+            shown += e.text
+            assert stage.text == shown
+            assert e.elapsed_ms >= 600.0 * (i + 1)
+    final = stage.finish("", 500.0 * len(words), 600.0 * len(words))
+    shown += "".join(e.text for e in final)
+    assert shown == stage.text
+    assert stage.state.committed == [t for e in stage.emissions for t in e.tokens]
+    assert stage.text.lstrip() == stage.tokenizer.decode(stage.state.committed).lstrip()
+    assert stage.state.steps == len(words)
+    assert stage.costs.decoder_calls > 0 and stage.costs.encoder_calls == len(words) + 1
+
+
+def test_cascade_with_marian_on_the_audio_timeline(backend: NeuralMT) -> None:
+    options = StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2"))
+    cascade = CascadeSession(ToySpeechModel(), backend, options,
+                             MTOptions(policy=PolicyOptions.parse("hold-1"), max_len_a=1.0, max_len_b=3))
+    audio = tone(5000)
+    out: list[Emission] = []
+    for pos in range(0, audio.shape[0], 1000):
+        out += cascade.push(audio[pos : pos + 1000])
+    out += cascade.finish()
+    asr_times = {e.source_ms: e.elapsed_ms for e in cascade.source_emissions}
+    assert cascade.source_text == "the cat sat on the mat"
+    assert out and out[-1].final
+    for e in out[:-1]:
+        assert e.source_ms in asr_times and e.elapsed_ms >= asr_times[e.source_ms]
+    assert out[-1].source_ms == 5000.0
+    assert "".join(e.text for e in out) == cascade.text
+    assert cascade.costs.decoder_calls == cascade.asr.costs.decoder_calls + cascade.mt.costs.decoder_calls
+
+
+def test_load_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError):
+        load_mt(str(tmp_path / "missing"), "en", "es")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError):
+        load_mt(str(tmp_path / "empty"), "en", "es")
+    with pytest.raises(ModelLoadError):
+        load_mt("Helsinki-NLP/opus-mt-no-such-model", "en", "es")  # the hub is unreachable or lacks it

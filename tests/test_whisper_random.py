@@ -1,0 +1,86 @@
+"""The Whisper adapter on tiny random checkpoints built from configs: loading, multilingual prompts, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from simulst.config import PolicyOptions, StreamOptions
+from simulst.errors import ModelLoadError, OptionError
+from simulst.models.loading import load_model
+from simulst.session import Session
+from simulst.types import Costs
+from tests.shared_assets import WHISPER_TINY_EN, needs_shared
+
+pytestmark = needs_shared
+
+
+def make_checkpoint(directory: Path, vocab_size: int) -> Path:
+    """A random 1-layer Whisper in Hugging Face format, with the shared tokenizer (its ids cover 51864 tokens)."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = WhisperConfig(
+        vocab_size=vocab_size, num_mel_bins=80, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_source_positions=1500, max_target_positions=64, decoder_start_token_id=50257, eos_token_id=50256,
+        pad_token_id=50256, bos_token_id=50256, begin_suppress_tokens=[220, 50256], suppress_tokens=[1, 2],
+    )
+    WhisperForConditionalGeneration(config).save_pretrained(directory)
+    shutil.copy(WHISPER_TINY_EN / "tokenizer.json", directory / "tokenizer.json")
+    return directory
+
+
+def test_multilingual_prompt_language_detection_and_translate_task(tmp_path: Path) -> None:
+    directory = make_checkpoint(tmp_path / "multi", 51865)
+    model = load_model(str(directory), language="de", task="translate")
+    assert model.multilingual
+    enc = model.encode(np.zeros(16000, dtype=np.float32) + 0.01, Costs())
+    de, translate = model.tokenizer.token_id("<|de|>"), model.tokenizer.token_id("<|translate|>")
+    assert model.prompt(enc, Costs()) == [50257, de, translate, 50362]
+    detecting = load_model(str(directory), task="transcribe")
+    costs = Costs()
+    prompt = detecting.prompt(enc, costs)
+    assert prompt[1] in detecting.language_ids.values() and costs.decoder_calls == 1
+    session = Session(model, StreamOptions(chunk_ms=500, policy=PolicyOptions.parse("la-2")))
+    audio = (0.1 * np.sin(np.arange(24000) / 5.0)).astype(np.float32)
+    emissions = session.push(audio) + session.finish()
+    assert "".join(e.text for e in emissions) == session.text  # random weights: any text, but consistent
+    with pytest.raises(OptionError, match="unknown language"):
+        load_model(str(directory), language="xx")
+
+
+def test_english_only_checkpoint_rejects_translation(tmp_path: Path) -> None:
+    directory = make_checkpoint(tmp_path / "en", 51864)
+    with pytest.raises(OptionError, match="English-only"):
+        load_model(str(directory), task="translate")
+    with pytest.raises(OptionError, match="unknown task"):
+        load_model(str(directory), task="summarize")
+    with pytest.raises(OptionError, match="encoder window"):
+        load_model(str(directory), window="half")
+
+
+def test_broken_checkpoints_give_model_load_errors(tmp_path: Path) -> None:
+    directory = make_checkpoint(tmp_path / "broken", 51864)
+    config = json.loads((directory / "config.json").read_text())
+    config["model_type"] = "bert"
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="not supported"):
+        load_model(str(directory))
+    config["model_type"] = "whisper"
+    config["d_model"] = 32  # the weights no longer fit
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="do not form a Whisper model"):
+        load_model(str(directory))
+    (directory / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="unreadable"):
+        load_model(str(directory))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError, match="neither"):
+        load_model(str(empty))
