@@ -2,9 +2,9 @@
 
 Whisper tiny.en (../shared/models), the 6 shared English utterances (jfk + fleurs-en-dev, 51.9 s), beam 5,
 LA-2 and hold-6 (n as in the IBWBS paper for offline models), chunks 500/1000/2000 ms; every blockwise search
-with its kept beam carried over to the next chunk (the papers' algorithms) and restarted from the committed output
-(``carry_over=False``). Scored by simulst's evaluation package (SimulEval semantics, word latency unit).
-Writes bench/results/blockwise_searches.{md,csv}.
+restarted from the committed output every chunk (the default) and with its kept beam carried over to the next
+chunk (``carry_over=True``). Scored by simulst's evaluation package (SimulEval semantics, word latency unit).
+Writes bench/results/blockwise_searches.{md,csv} and the per-utterance outputs (blockwise_searches_outputs.tsv).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/blockwise_searches.py [--quick]
 
@@ -35,6 +35,7 @@ from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.manifest import TestItem, read_manifest
+from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.evaluation.runner import EvalOptions, run_instance
 from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.models.base import Encoded, SpeechModel
@@ -42,6 +43,7 @@ from simulst.models.loading import load_model
 from simulst.types import Costs
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DISCUSSION = "## Discussion"
 BEAM = 5
 COLUMNS = ["search", "carry", "policy", "chunk_ms", "WER", "AL", "LAAL", "AL_CA", "RTF", "dec_passes",
            "dec_positions", "enc_calls", "passes_vs_BS", "positions_vs_BS", "emissions", "empty"]
@@ -191,6 +193,15 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    with (RESULTS / f"{stem}_outputs.tsv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
+        writer.writerow(["search", "carry", "policy", "chunk_ms", "id", "WER", "decoder_calls", "text"])
+        for c in grid:
+            for r in records[c]:
+                text = str(r.simulst.get("text", ""))
+                writer.writerow([c.search, c.carry, c.policy, int(c.chunk_ms), r.simulst.get("id"),
+                                 f"{wer([text], [r.reference or ''], normalize_for_wer):.1f}",
+                                 r.simulst.get("decoder_calls"), text])
     header = (
         f"# Blockwise searches vs beam search (Whisper tiny.en, {len(items)} English utterances, beam {BEAM})\n\n"
         f"Ran {machine_note()}, {time.perf_counter() - started:.0f} s in all. The machine is shared with other "
@@ -203,7 +214,11 @@ def main() -> None:
         "from the committed output (no). Encoder outputs are computed once per audio prefix and replayed "
         "(counted and timed as if recomputed).\n\n"
     )
-    (RESULTS / f"{stem}.md").write_text(header + markdown_table(rows, COLUMNS) + "\n", encoding="utf-8")
+    md = RESULTS / f"{stem}.md"
+    discussion = ""  # a hand-written "## Discussion" section survives a re-run
+    if md.is_file() and DISCUSSION in md.read_text(encoding="utf-8"):
+        discussion = "\n" + DISCUSSION + md.read_text(encoding="utf-8").split(DISCUSSION, 1)[1]
+    md.write_text(header + markdown_table(rows, COLUMNS) + "\n" + discussion, encoding="utf-8")
     print(markdown_table(rows, COLUMNS))
 
 

@@ -253,8 +253,8 @@ def write_results(rows: list[dict[str, object]], items: Sequence[Item], offline_
         "",
         markdown_table(rows, COLUMNS),
         "",
-        f"Source transcripts, WER against the manifests (normalised): offline {source_wer['offline']:.3f}, "
-        f"{asr_name} {source_wer[asr_name]:.3f}. ASR compute per utterance (simultaneous): {asr_compute_s:.2f} s "
+        f"Source transcripts, WER against the manifests (normalised): offline {source_wer['offline']:.1f} %, "
+        f"{asr_name} {source_wer[asr_name]:.1f} %. ASR compute per utterance (simultaneous): {asr_compute_s:.2f} s "
         "— it dominates `_CA` (a shared, loaded 2-core machine; timings are noisy). Apertium runs as one persistent "
         "null-flush pipeline (milliseconds per call).",
         "",

@@ -86,12 +86,16 @@ def main() -> int:
     # BLEU / chrF against lower-case, unpunctuated FLEURS transcripts say little; they stay in sweep.csv
     _, md = write_table(rows, out, quality=["WER_norm"])
     plot_sweep(rows, out, "WER_norm", title="Whisper tiny.en, jfk + fleurs-en-dev (6 utt., 51.9 s): WER vs latency")
+    env_path = out / "environment.json"
+    previous = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else {}
+    earlier = float(previous.get("wall_s_total", previous.get("wall_s_of_last_invocation", 0.0)))
     env = {
         "utterances": len(items),
         "audio_s": round(sum(it.duration_s or 0.0 for it in items), 2),
         "configurations": len(points),
         "jobs": args.jobs,
-        "wall_s_of_last_invocation": round(time.perf_counter() - start, 1),  # a resumed run counts only new work
+        # wall-clock over every invocation (a resumed run adds only its own, mostly new, work)
+        "wall_s_total": round(earlier + time.perf_counter() - start, 1),
         "compute_s_per_configuration": {
             str(r["label"]): round(float(r["ComputeRTF"]) * sum(it.duration_s or 0.0 for it in items), 1)
             for r in rows
@@ -104,7 +108,7 @@ def main() -> int:
         "python": platform.python_version(),
         "note": "computation-aware metrics (_CA, ComputeRTF) depend on this machine and its load",
     }
-    (out / "environment.json").write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
+    env_path.write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
     print(md.read_text(encoding="utf-8"), end="")
     return 0
 

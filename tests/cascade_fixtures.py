@@ -70,3 +70,30 @@ def build_tiny_marian(directory: Path, seed: int = 0, vocab_size: int = 250) -> 
                                 str(directory / "vocab.json"))
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def build_tiny_m2m100(directory: Path, marian_dir: Path, seed: int = 0) -> Path:
+    """A tiny random M2M100 (multilingual: ``__en__`` source token, ``</s> __es__`` decoder prompt) that reuses
+    the SentencePiece model of :func:`build_tiny_marian` with M2M100's special-token layout."""
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(marian_dir / "sp.model", directory / "sentencepiece.bpe.model")
+    marian_vocab = json.loads((marian_dir / "vocab.json").read_text(encoding="utf-8"))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for piece in marian_vocab:
+        vocab.setdefault(piece, len(vocab))
+    (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    tokenizer = M2M100Tokenizer(str(directory / "vocab.json"), str(directory / "sentencepiece.bpe.model"),
+                                src_lang="en", tgt_lang="es")
+    size = max(tokenizer.lang_token_to_id.values()) + 1  # the language tokens follow the vocabulary
+    config = M2M100Config(
+        vocab_size=size, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+    )
+    torch.manual_seed(seed)
+    M2M100ForConditionalGeneration(config).eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

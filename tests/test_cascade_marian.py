@@ -15,11 +15,11 @@ from simulst.cascade.mt_stage import MTStage
 from simulst.cascade.options import MTOptions
 from simulst.cascade.pipeline import CascadeSession
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
-from simulst.errors import ModelLoadError
+from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import DecoderModel
 from simulst.search import make_searcher
 from simulst.types import Costs, Emission
-from tests.cascade_fixtures import build_tiny_marian
+from tests.cascade_fixtures import build_tiny_m2m100, build_tiny_marian
 from tests.toy import ToySpeechModel, tone
 
 SOURCES = [
@@ -168,3 +168,29 @@ def test_load_errors(tmp_path: Path) -> None:
         load_mt(str(tmp_path / "empty"), "en", "es")
     with pytest.raises(ModelLoadError):
         load_mt("Helsinki-NLP/opus-mt-no-such-model", "en", "es")  # the hub is unreachable or lacks it
+
+
+def test_m2m100_target_language_selection(marian_dir: Path, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        directory = build_tiny_m2m100(tmp_path / "m2m", marian_dir)
+    backend = load_hf_mt(str(directory), "en", "es")
+    model = model_of(backend)
+    es = model._hf.get_lang_id("es")
+    assert model.prompt == [model.eos_id, es]  # decoder start </s>, then the forced target-language token
+    assert model._hf("Return the list")["input_ids"][0] == model._hf.get_lang_id("en")
+    assert es in model._suppress.tolist()  # language tokens are never generated
+    search = SearchOptions("beam", beam=3, max_new_tokens=8)
+    batch = model._hf(SOURCES[0], return_tensors="pt")
+    generated = model.net.generate(**batch, decoder_input_ids=torch.tensor([model.prompt]), num_beams=3,
+                                   max_new_tokens=8, suppress_tokens=model._suppress.tolist(), length_penalty=1.0)
+    expected = [t for t in generated[0].tolist()[2:] if t != model.eos_id]
+    hyps = backend.translate(SOURCES[0], (), make_searcher(search), MTOptions(search=search), Costs(), True)
+    assert list(hyps[0].tokens) == expected
+    stage = MTStage(backend, MTOptions(search=search))
+    stage.finish(SOURCES[0], 1000.0, 1000.0)
+    assert stage.text.strip() == backend.translate_text(SOURCES[0], MTOptions(search=search))
+    with pytest.raises(OptionError):
+        load_hf_mt(str(directory), "en", None)
+    with pytest.raises(OptionError):
+        load_hf_mt(str(directory), "en", "xx-unknown")

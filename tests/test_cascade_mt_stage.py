@@ -236,3 +236,9 @@ def test_cascade_offline_asr_equals_offline_cascade() -> None:
     out = cascade.finish()
     assert len(out) == 1 and out[0].final and out[0].source_ms == 5000.0
     assert cascade.text == ScriptedMT().translate_text("the cat sat on the mat")
+
+
+def test_align_prefix_anchors_on_the_last_committed_word() -> None:
+    committed = "debido a los canales lentos, modas".split()
+    fresh = "debido a los canales lentos, las modas en el oeste".split()
+    assert align_prefix(committed, fresh) == 7  # continue with "en el oeste", not "modas en el oeste"

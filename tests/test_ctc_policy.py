@@ -248,6 +248,10 @@ def test_options_and_factories() -> None:
     assert PolicyOptions.parse("ctc:-1.5").ctc_threshold == -1.5
     assert PolicyOptions.parse("ctc:inf").ctc_threshold == math.inf
     assert str(PolicyOptions.parse("ctc:2")) == "ctc:2"
+    assert PolicyOptions.parse("ctc:-1:any") == PolicyOptions("ctc", 1, ctc_threshold=-1.0, ctc_odds="any")
+    assert str(PolicyOptions.parse("ctc:-1:any")) == "ctc:-1:any"
+    with pytest.raises(OptionError):
+        PolicyOptions.parse("ctc:x")
     with pytest.raises(OptionError):
         PolicyOptions("ctc", 1, ctc_odds="all")
     with pytest.raises(OptionError):

@@ -141,6 +141,26 @@ def test_resume_refuses_other_settings_and_overwrite_restarts(tmp_path: Path) ->
     assert calls == ["u0"] and len(read_log(tmp_path)) == 1
 
 
+def test_resume_accepts_options_added_since_with_their_defaults(tmp_path: Path) -> None:
+    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    log = tmp_path / "instances.log"
+    log.write_text(log.read_text().splitlines()[0] + "\n")
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["run"]["stream"]["search"]["max_tokens_per_s"]  # as written before that option existed
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    calls: list[str] = []
+    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    assert calls == ["u1"]
+
+
+def test_resume_after_the_audio_moved(tmp_path: Path) -> None:
+    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    moved = [TestItem(it.id, Path("/elsewhere") / it.audio.name, it.reference) for it in ITEMS]
+    calls: list[str] = []
+    run_eval(ToySpeechModel(), _la2(), moved, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    assert calls == []
+
+
 def test_computation_unaware_mode_and_empty_outputs(tmp_path: Path) -> None:
     items = [*ITEMS, TestItem("silent", Path("silent.wav"), "nothing here")]
     report = run_eval(ToySpeechModel(), _la2(), items, tmp_path,

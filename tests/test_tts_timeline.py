@@ -66,7 +66,12 @@ def test_elapsed_clock_adds_synthesis_time() -> None:
     second = out.add(emission(" b", 1000, elapsed_ms=1400))  # ready before the first ended: queued after it
     assert second is not None and second.start_ms == first.end_ms
     with pytest.raises(OptionError):
-        SpeechOutput(BeepSynthesizer(), clock="wall")
+        SpeechOutput(BeepSynthesizer(), clock="later")
+    wall = SpeechOutput(BeepSynthesizer(), clock="wall")
+    with pytest.raises(OptionError):
+        wall.add(emission("a", 1000))
+    third = wall.add(emission("a", 1000, elapsed_ms=5000), wall_ms=1200.0)
+    assert third is not None and 1200.0 <= third.start_ms < 1500.0
 
 
 def test_write_wav(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from simulst.audio.io import is_silent, load_audio
 from simulst.cli_options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.errors import SimulstError
-from simulst.session import Session
+from simulst.session import Session, Stream
 from simulst.types import Emission
 
 
@@ -45,12 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:
-    """Subcommands that live in other packages: eval, score, sweep."""
-    try:
-        from simulst.evaluation import commands  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    commands.register(sub)
+    """Subcommands that live in other packages: eval, score, sweep (evaluation) and train-ctc (ctc)."""
+    from simulst.ctc import commands as ctc_commands
+    from simulst.evaluation import commands as evaluation_commands
+
+    evaluation_commands.register(sub)
+    ctc_commands.register(sub)
 
 
 def run_stream(args: argparse.Namespace) -> int:
@@ -65,10 +65,10 @@ def run_stream(args: argparse.Namespace) -> int:
     if model.sample_rate != 16000:
         audio = load_audio(args.audio, model.sample_rate)
     session = Session(model, options, catch_up=args.realtime)
-    printer = _json_printer if args.json else _text_printer
+    printer = json_printer if args.json else text_printer
     wall_start = time.perf_counter()
-    feed = _feed_realtime if args.realtime else _feed_fast
-    feed(session, audio, model.sample_rate, lambda e, wall: printer(e, wall if args.realtime else None))
+    feed = feed_realtime if args.realtime else feed_fast
+    feed(session, audio, lambda e, wall: printer(e, wall if args.realtime else None))
     wall_s = time.perf_counter() - wall_start
     source_s = audio.shape[0] / model.sample_rate
     costs = session.costs
@@ -101,19 +101,23 @@ def run_stream(args: argparse.Namespace) -> int:
     return 0
 
 
-def _feed_fast(session: Session, audio: np.ndarray, rate: int, emit: Callable[[Emission, float], None]) -> None:
-    """Computation-unaware: push the file chunk by chunk as fast as the model goes."""
+Emit = Callable[[Emission, float], None]
+
+
+def feed_fast(stream: Stream, audio: np.ndarray, emit: Emit) -> None:
+    """Computation-unaware: push the file chunk by chunk as fast as the model goes; ``emit(e, wall_ms)``."""
     start = time.perf_counter()
-    step = session.chunk_samples
+    step = stream.chunk_samples
     for pos in range(0, audio.shape[0], step):
-        for emission in session.push(audio[pos : pos + step]):
+        for emission in stream.push(audio[pos : pos + step]):
             emit(emission, (time.perf_counter() - start) * 1000.0)
-    for emission in session.finish():
+    for emission in stream.finish():
         emit(emission, (time.perf_counter() - start) * 1000.0)
 
 
-def _feed_realtime(session: Session, audio: np.ndarray, rate: int, emit: Callable[[Emission, float], None]) -> None:
+def feed_realtime(stream: Stream, audio: np.ndarray, emit: Emit) -> None:
     """Computation-aware: audio becomes available at wall-clock speed; the model reads whatever has arrived."""
+    rate = stream.sample_rate
     start = time.perf_counter()
     pos = 0
     total = audio.shape[0]
@@ -121,22 +125,23 @@ def _feed_realtime(session: Session, audio: np.ndarray, rate: int, emit: Callabl
         now = time.perf_counter() - start
         available = min(total, int(now * rate))
         if available > pos:
-            for emission in session.push(audio[pos:available]):
+            for emission in stream.push(audio[pos:available]):
                 emit(emission, (time.perf_counter() - start) * 1000.0)
             pos = available
         else:
-            next_boundary = min(total, session.state.next_decode)
-            time.sleep(max(0.001, next_boundary / rate - now))
-    for emission in session.finish():
+            time.sleep(max(0.001, min(total, stream.next_decode) / rate - now))
+    for emission in stream.finish():
         emit(emission, (time.perf_counter() - start) * 1000.0)
 
 
-def _text_printer(emission: Emission, wall_ms: float | None) -> None:
+def text_printer(emission: Emission, wall_ms: float | None) -> None:
+    """One live line: ``[source s (wall s)] text``."""
     clock = f" wall {wall_ms / 1000.0:6.2f} s" if wall_ms is not None else ""
     print(f"[{emission.source_ms / 1000.0:6.2f} s{clock}] {emission.text}", flush=True)
 
 
-def _json_printer(emission: Emission, wall_ms: float | None) -> None:
+def json_printer(emission: Emission, wall_ms: float | None) -> None:
+    """One JSON line of the CLI contract; ``elapsed_ms`` is the wall clock in real-time mode."""
     record = {
         "event": "emission",
         "text": emission.text,

@@ -35,9 +35,10 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repetition-detection", action=argparse.BooleanOptionalAction, default=False,
                        help="blockwise searches also stop on a repeated token (for blockwise models; the papers "
                             "switch it off for offline models such as Whisper; default off)")
-    group.add_argument("--carry-over", action=argparse.BooleanOptionalAction, default=True,
-                       help="blockwise searches continue their kept beam in the next chunk, as in the papers "
-                            "(--no-carry-over: restart every chunk from the committed output; default on)")
+    group.add_argument("--carry-over", action=argparse.BooleanOptionalAction, default=False,
+                       help="blockwise searches continue their kept (uncommitted) beam in the next chunk: fewer "
+                            "decoder passes, but an early hallucination is kept (default: restart every chunk "
+                            "from the committed output)")
     group.add_argument("--beam", type=int, default=5, help="beam size for beam searches (default 5)")
     group.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length**P (default 1.0)")
     group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
@@ -51,9 +52,9 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ctc-weight", type=float, default=0.0, metavar="LAMBDA",
                        help="joint CTC/attention scoring weight (greedy/beam; needs a head over the decoder's "
                             "vocabulary; default 0)")
-    group.add_argument("--ctc-odds", choices=("next", "any"), default="next",
-                       help="word-level CTC policy denominator: the decoder's next word (next, the paper's c_att) "
-                            "or every continuation (any, eq. 4)")
+    group.add_argument("--ctc-odds", choices=("next", "any"), default=None,
+                       help="word-level CTC policy denominator: the decoder's next word (next, the paper's c_att; "
+                            "default) or every continuation (any, eq. 4); also --policy ctc:C:any")
 
 
 def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
@@ -61,14 +62,15 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
     search = SearchOptions(
         name=args.search, beam=args.beam, length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
         repetition_detection=getattr(args, "repetition_detection", False),
-        carry_over=getattr(args, "carry_over", True),
+        carry_over=getattr(args, "carry_over", False),
         ctc_weight=getattr(args, "ctc_weight", 0.0),
     )
     policy = PolicyOptions.parse(args.policy)
     if policy.name == "ctc":
         threshold = getattr(args, "ctc_threshold", None)
+        odds = getattr(args, "ctc_odds", None)
         policy = dataclasses.replace(policy, ctc_threshold=policy.ctc_threshold if threshold is None else threshold,
-                                     ctc_odds=getattr(args, "ctc_odds", "next"))
+                                     ctc_odds=odds or policy.ctc_odds)
     return StreamOptions(
         chunk_ms=args.chunk_ms,
         initial_wait_ms=args.initial_wait_ms,

@@ -28,8 +28,9 @@ class SearchOptions:
         max_tokens_per_s: see ``max_new_tokens``.
         repetition_detection: blockwise searches also stop on a repeated token (Tsunoo 2021): the papers use it
             for blockwise models and switch it off for offline (full-context) models such as Whisper.
-        carry_over: blockwise searches continue their kept active beam (BWBS: all beams) in the next chunk, as the
-            papers' algorithms do; False restarts every chunk from the committed output.
+        carry_over: blockwise searches continue their kept active beam (BWBS: all beams) in the next chunk,
+            force-decoding its uncommitted tokens (fewer decoder passes, but an early hallucination of an offline
+            model is kept); False (default) restarts every chunk from the committed output.
         ctc_weight: λ of joint CTC/attention scoring, (1−λ)·log p_att + λ·log p_ctc-prefix (2023 paper §2.2),
             greedy and beam search only; needs a CTC head over the decoder's vocabulary. 0: attention only.
     """
@@ -40,7 +41,7 @@ class SearchOptions:
     max_new_tokens: int | None = None
     max_tokens_per_s: float = 12.0
     repetition_detection: bool = False
-    carry_over: bool = True
+    carry_over: bool = False
     ctc_weight: float = 0.0
 
     def __post_init__(self) -> None:
@@ -87,13 +88,14 @@ class PolicyOptions:
     @classmethod
     def parse(cls, spec: str) -> PolicyOptions:
         """Parse a policy name as the papers write it: ``offline``, ``la-2``, ``hold-6``, ``sp-2``, ``wait-3``,
-        ``ctc`` (C_end = 0) or ``ctc:C`` (C_end = C, e.g. ``ctc:-1.5``, ``ctc:inf``)."""
+        ``ctc`` (C_end = 0) or ``ctc:C`` (C_end = C, e.g. ``ctc:-1.5``, ``ctc:inf``), optionally ``ctc:C:any``
+        (the ``any`` odds, see ``ctc_odds``)."""
         spec = spec.strip().lower()
         if spec == "offline":
             return cls("offline", 0)
-        ctc = re.fullmatch(r"ctc(?::([-+]?(?:inf|\d+(?:\.\d*)?|\.\d+)))?", spec)
+        ctc = re.fullmatch(r"ctc(?::([-+]?(?:inf|\d+(?:\.\d*)?|\.\d+)))?(?::(next|any))?", spec)
         if ctc:
-            return cls("ctc", 1, ctc_threshold=float(ctc.group(1) or 0.0))
+            return cls("ctc", 1, ctc_threshold=float(ctc.group(1) or 0.0), ctc_odds=ctc.group(2) or "next")
         match = re.fullmatch(r"(la|hold|sp|wait)-?(\d+)", spec)
         if not match:
             raise OptionError(f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc[:C]")
@@ -101,7 +103,7 @@ class PolicyOptions:
 
     def __str__(self) -> str:
         if self.name == "ctc":
-            return f"ctc:{self.ctc_threshold:g}"
+            return f"ctc:{self.ctc_threshold:g}" + (":any" if self.ctc_odds == "any" else "")
         return "offline" if self.name == "offline" else f"{self.name}-{self.n}"
 
 

@@ -22,6 +22,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -32,6 +33,48 @@ from simulst.models.base import SpeechModel, Tokenizer
 from simulst.policies import Policy, make_policy
 from simulst.search import Searcher, make_searcher
 from simulst.types import Costs, Emission, Hypothesis
+
+
+class Stream(Protocol):
+    """What runs a stream (the CLI, the evaluation runner) needs: a :class:`Session`, or a cascade of stages."""
+
+    @property
+    def sample_rate(self) -> int:
+        """Samples per second of the audio :meth:`push` takes."""
+        ...
+
+    @property
+    def chunk_samples(self) -> int:
+        """Samples per chunk."""
+        ...
+
+    @property
+    def next_decode(self) -> int:
+        """The sample count at which the stream decodes next."""
+        ...
+
+    @property
+    def text(self) -> str:
+        """The output so far."""
+        ...
+
+    @property
+    def emissions(self) -> list[Emission]:
+        """All emissions so far."""
+        ...
+
+    @property
+    def costs(self) -> Costs:
+        """Work counters."""
+        ...
+
+    def push(self, audio: np.ndarray) -> list[Emission]:
+        """Read more source audio; returns the new emissions."""
+        ...
+
+    def finish(self) -> list[Emission]:
+        """The source has ended; returns the last emissions."""
+        ...
 
 
 @dataclass
@@ -92,6 +135,16 @@ class Session:
         )
 
     # ------------------------------------------------------------------------------------ public API
+    @property
+    def sample_rate(self) -> int:
+        """The model's sample rate."""
+        return int(self.model.sample_rate)
+
+    @property
+    def next_decode(self) -> int:
+        """The sample count at which the next chunk is decoded."""
+        return self.state.next_decode
+
     @property
     def costs(self) -> Costs:
         """Work counters of this stream."""

@@ -160,7 +160,7 @@ class ApertiumMT(MTBackend):
 
     def translate_raw(self, source: str) -> str:
         """Apertium's translation of ``source`` (unknown words unmarked), whitespace normalised."""
-        source = " ".join(source.split())
+        source = " ".join(source.replace("\0", " ").split())
         if not source:
             return ""
         if self._persistent:
@@ -323,9 +323,12 @@ def align_prefix(committed: Sequence[str], words: Sequence[str]) -> int:
     """How many leading ``words`` of a fresh translation the ``committed`` words stand for.
 
     The k minimising the word edit distance between ``committed`` and ``words[:k]`` (words compared case- and
-    punctuation-insensitively); ties go to the k closest to ``len(committed)``, then to the larger k. The MT
-    stage continues the committed words with ``words[k:]``, so when the fresh translation agrees with what was
-    shown nothing is repeated or skipped, and when it changed an earlier word the change is not shown twice.
+    punctuation-insensitively); ties go to a k whose last word equals the last committed word (the alignment is
+    anchored where the committed output ends: "… lentos, modas" against "… lentos, las modas en" gives the k
+    after "modas", not the equally distant k before "las"), then to the k closest to ``len(committed)``, then
+    to the larger k. The MT stage continues the committed words with ``words[k:]``, so when the fresh
+    translation agrees with what was shown nothing is repeated or skipped, and when it changed an earlier word
+    the change is not shown twice.
     """
     m = len(committed)
     if m == 0:
@@ -339,4 +342,4 @@ def align_prefix(committed: Sequence[str], words: Sequence[str]) -> int:
         for j in range(1, len(b) + 1):
             cost = 0 if a[i - 1] == b[j - 1] else 1
             prev_diag, dist[j] = dist[j], min(dist[j] + 1, dist[j - 1] + 1, prev_diag + cost)
-    return min(range(len(b) + 1), key=lambda j: (dist[j], abs(j - m), -j))
+    return min(range(len(b) + 1), key=lambda j: (dist[j], j == 0 or b[j - 1] != a[-1], abs(j - m), -j))

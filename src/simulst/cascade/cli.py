@@ -13,12 +13,9 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
-
-import numpy as np
 
 from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeFactory, CascadeSession, cascade_factory
+from simulst.cascade.pipeline import CascadeModel, CascadeSession
 from simulst.config import PolicyOptions, SearchOptions
 from simulst.errors import OptionError
 from simulst.types import Emission
@@ -44,9 +41,10 @@ def add_cascade_arguments(parser: argparse.ArgumentParser, speech: bool = True) 
                                 "wav, each piece at max(end of the previous, its emission time)")
         group.add_argument("--voice", default=None, help="espeak-ng voice (default: the --to language)")
         group.add_argument("--speech-rate", type=int, default=175, help="speaking rate, words per minute (175)")
-        group.add_argument("--speak-clock", choices=("source", "elapsed"), default=None,
-                           help="when a piece may start: its emission's source time, or its computation-aware "
-                                "elapsed time (default: elapsed with --realtime, else source)")
+        group.add_argument("--speak-clock", choices=("source", "elapsed", "wall"), default=None,
+                           help="when a piece may start: its emission's source time, its computation-aware "
+                                "elapsed time, or (with --realtime) the wall-clock time it was emitted; each "
+                                "after its synthesis (default: wall with --realtime, else source)")
 
 
 def mt_options_from_args(args: argparse.Namespace) -> MTOptions:
@@ -55,8 +53,8 @@ def mt_options_from_args(args: argparse.Namespace) -> MTOptions:
     return MTOptions(policy=PolicyOptions.parse(args.mt_policy), search=search)
 
 
-def cascade_from_args(args: argparse.Namespace) -> CascadeFactory:
-    """A ``StreamOptions -> CascadeSession`` factory for the models the arguments name (for eval / sweep).
+def cascade_from_args(args: argparse.Namespace) -> CascadeModel:
+    """The cascade the arguments name (for eval / sweep).
 
     Raises:
         ModelLoadError, OptionError: as the loaders do.
@@ -68,13 +66,14 @@ def cascade_from_args(args: argparse.Namespace) -> CascadeFactory:
     source_lang = getattr(args, "language", None) or "en"
     mt = load_mt(args.mt, source_lang, args.to, getattr(args, "device", "cpu"))
     asr = model_from_args(args, task="transcribe")
-    return cascade_factory(asr, mt, mt_options)
+    return CascadeModel(asr, mt, mt_options)
 
 
 def run_cascade(args: argparse.Namespace) -> int:
     """``simulst translate AUDIO --to LANG [...]``: exit code 0 (1 when the audio is silent)."""
     from simulst.audio.io import is_silent, load_audio
     from simulst.cascade.loading import load_mt
+    from simulst.cli import feed_fast, feed_realtime, json_printer, text_printer
     from simulst.cli_options import model_from_args, stream_options_from_args
     from simulst.tts.timeline import SpeechOutput
 
@@ -87,7 +86,9 @@ def run_cascade(args: argparse.Namespace) -> int:
     if speak_path:
         from simulst.tts.espeak import EspeakSynthesizer
 
-        clock = args.speak_clock or ("elapsed" if args.realtime else "source")
+        clock = args.speak_clock or ("wall" if args.realtime else "source")
+        if clock == "wall" and not args.realtime:
+            raise OptionError("--speak-clock wall needs --realtime")
         speech = SpeechOutput(EspeakSynthesizer(args.voice or args.to, args.speech_rate), clock=clock)
     audio = load_audio(args.audio)
     source_lang = args.language or "en"
@@ -95,12 +96,18 @@ def run_cascade(args: argparse.Namespace) -> int:
     asr = model_from_args(args, task="transcribe")
     if asr.sample_rate != 16000:
         audio = load_audio(args.audio, asr.sample_rate)
-    cascade = CascadeSession(asr, mt, options, mt_options, speech, catch_up=args.realtime)
+    cascade = CascadeSession(asr, mt, options, mt_options, catch_up=args.realtime)
 
-    printer = _json_printer if args.json else _text_printer
+    printer = json_printer if args.json else text_printer
+
+    def emit(emission: Emission, wall_ms: float) -> None:
+        printer(emission, wall_ms if args.realtime else None)
+        if speech is not None:
+            speech.add(emission, wall_ms)
+
     wall_start = time.perf_counter()
-    feed = _feed_realtime if args.realtime else _feed_fast
-    feed(cascade, audio, lambda e, wall: printer(e, wall if args.realtime else None))
+    feed = feed_realtime if args.realtime else feed_fast
+    feed(cascade, audio, emit)
     wall_s = time.perf_counter() - wall_start
     source_s = audio.shape[0] / asr.sample_rate
     costs = cascade.costs
@@ -159,51 +166,3 @@ def run_cascade(args: argparse.Namespace) -> int:
         print("simulst: the audio is silent: nothing to translate", file=sys.stderr)
         return 1
     return 0
-
-
-Emit = Callable[[Emission, float], None]
-
-
-def _feed_fast(cascade: CascadeSession, audio: np.ndarray, emit: Emit) -> None:
-    """Computation-unaware: push the file chunk by chunk as fast as the models go."""
-    start = time.perf_counter()
-    step = cascade.chunk_samples
-    for pos in range(0, audio.shape[0], step):
-        for emission in cascade.push(audio[pos : pos + step]):
-            emit(emission, (time.perf_counter() - start) * 1000.0)
-    for emission in cascade.finish():
-        emit(emission, (time.perf_counter() - start) * 1000.0)
-
-
-def _feed_realtime(cascade: CascadeSession, audio: np.ndarray, emit: Emit) -> None:
-    """Computation-aware: audio arrives at wall-clock speed; the ASR reads whatever has arrived."""
-    rate = cascade.sample_rate
-    start = time.perf_counter()
-    pos = 0
-    total = audio.shape[0]
-    while pos < total:
-        now = time.perf_counter() - start
-        available = min(total, int(now * rate))
-        if available > pos:
-            for emission in cascade.push(audio[pos:available]):
-                emit(emission, (time.perf_counter() - start) * 1000.0)
-            pos = available
-        else:
-            time.sleep(max(0.001, min(total, cascade.next_decode) / rate - now))
-    for emission in cascade.finish():
-        emit(emission, (time.perf_counter() - start) * 1000.0)
-
-
-def _text_printer(emission: Emission, wall_ms: float | None) -> None:
-    clock = f" wall {wall_ms / 1000.0:6.2f} s" if wall_ms is not None else ""
-    print(f"[{emission.source_ms / 1000.0:6.2f} s{clock}] {emission.text}", flush=True)
-
-
-def _json_printer(emission: Emission, wall_ms: float | None) -> None:
-    record = {
-        "event": "emission",
-        "text": emission.text,
-        "source_ms": round(emission.source_ms, 3),
-        "elapsed_ms": round(wall_ms if wall_ms is not None else emission.elapsed_ms, 3),
-    }
-    print(json.dumps(record, ensure_ascii=False), flush=True)

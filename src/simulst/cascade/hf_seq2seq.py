@@ -160,17 +160,22 @@ class HFSeq2SeqModel:
     # ------------------------------------------------------------------------------------ languages
     def _set_languages(self, source_lang: str | None, target_lang: str | None) -> None:
         tok = self._hf
-        if self.model_type == "m2m_100":
-            if not source_lang or not target_lang:
-                raise OptionError("an M2M100 model needs the source and target languages")
-            tok.src_lang = source_lang
-            self.prompt.append(self._token_id(tok.get_lang_token(target_lang), target_lang))
-        elif self.model_type in ("nllb", "nllb-moe") or "nllb" in type(tok).__name__.lower():
+        # NLLB checkpoints are M2M100 models with an NLLB tokenizer: test the tokenizer first.
+        if "nllb" in type(tok).__name__.lower() or self.model_type == "nllb-moe":
             if not source_lang or not target_lang:
                 raise OptionError("an NLLB model needs the source and target languages")
             tok.src_lang = NLLB_CODES.get(source_lang, source_lang)
             code = NLLB_CODES.get(target_lang, target_lang)
             self.prompt.append(self._token_id(code, target_lang))
+        elif self.model_type == "m2m_100":
+            if not source_lang or not target_lang:
+                raise OptionError("an M2M100 model needs the source and target languages")
+            try:
+                tok.src_lang = source_lang
+                token = tok.get_lang_token(target_lang)
+            except (KeyError, AttributeError) as err:
+                raise OptionError(f"the M2M100 model has no language {err}") from err
+            self.prompt.append(self._token_id(token, target_lang))
         elif self.model_type == "mbart" and "50" in type(tok).__name__:
             if not source_lang or not target_lang:
                 raise OptionError("an mBART-50 model needs the source and target languages")

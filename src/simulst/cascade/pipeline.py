@@ -130,20 +130,35 @@ class CascadeSession:
         return emissions
 
 
-CascadeFactory = Callable[[StreamOptions], CascadeSession]
+class CascadeModel:
+    """The shared models of a cascade; :meth:`open` starts one stream. The evaluation runner (``eval``,
+    ``sweep``) runs a ``CascadeModel`` wherever it runs a speech model.
 
+    Args:
+        asr: the speech-recognition model.
+        mt: the MT backend.
+        mt_options: the MT stage's policy and search.
+        speech_factory: makes a fresh speech output per stream (None: text only).
+    """
 
-def cascade_factory(
-    asr: SpeechModel,
-    mt: MTBackend,
-    mt_options: MTOptions | None = None,
-    speech_factory: Callable[[], SpeechOutput] | None = None,
-) -> CascadeFactory:
-    """A ``StreamOptions -> CascadeSession`` factory over shared models (what an evaluation runner needs to
-    run cascades in place of ``Session(model, options)``)."""
+    def __init__(
+        self,
+        asr: SpeechModel,
+        mt: MTBackend,
+        mt_options: MTOptions | None = None,
+        speech_factory: Callable[[], SpeechOutput] | None = None,
+    ) -> None:
+        self.asr = asr
+        self.mt = mt
+        self.mt_options = mt_options or MTOptions()
+        self.speech_factory = speech_factory
 
-    def make(options: StreamOptions) -> CascadeSession:
-        speech = speech_factory() if speech_factory is not None else None
-        return CascadeSession(asr, mt, options, mt_options, speech)
+    @property
+    def sample_rate(self) -> int:
+        """The ASR model's sample rate."""
+        return int(self.asr.sample_rate)
 
-    return make
+    def open(self, options: StreamOptions) -> CascadeSession:
+        """A new stream with the ASR stage's ``options``."""
+        speech = self.speech_factory() if self.speech_factory is not None else None
+        return CascadeSession(self.asr, self.mt, options, self.mt_options, speech)

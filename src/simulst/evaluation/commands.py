@@ -30,6 +30,7 @@ from simulst.evaluation.scoring import ScoreOptions, ScoreReport, format_table, 
 
 def register(subparsers: Any) -> None:
     """Add ``eval``, ``score`` and ``sweep`` to the ``simulst`` argument parser's subparsers."""
+    from simulst.cascade.cli import add_cascade_arguments
     from simulst.cli_options import add_stream_arguments
 
     text = "run a test set through simulst and write a SimulEval-compatible output folder"
@@ -38,6 +39,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output", "-o", required=True, help="output folder (instances.log, scores.tsv, ...)")
     add_stream_arguments(p)
     _add_task_argument(p)
+    add_cascade_arguments(p, speech=False)
     _add_eval_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming the folder's log")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
@@ -61,6 +63,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output", "-o", required=True, help="sweep folder (runs/, sweep.csv, sweep.md, *.png)")
     add_stream_arguments(p)
     _add_task_argument(p)
+    add_cascade_arguments(p, speech=False)
     p.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
                    help="policies to sweep, e.g. la-2 la-3 hold-6 sp-2 offline (default: --policy)")
     p.add_argument("--chunks", nargs="+", type=float, default=None, metavar="MS",
@@ -174,14 +177,27 @@ def _print_report(report: ScoreReport, as_json: bool) -> None:
 # ------------------------------------------------------------------------------------------------- commands
 
 
+def evaluable_from_args(args: argparse.Namespace) -> Any:
+    """The speech model the arguments name, or with ``--to LANG`` the cascade ASR -> MT."""
+    from simulst.cli_options import model_from_args
+
+    if args.to:
+        from simulst.cascade.cli import cascade_from_args
+
+        if args.task != "transcribe":
+            raise OptionError("a cascade (--to) transcribes, then translates: drop --task translate")
+        return cascade_from_args(args)
+    return model_from_args(args, task=args.task)
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """``simulst eval``: run the test set, write the folder, print the scores."""
-    from simulst.cli_options import model_from_args, stream_options_from_args
+    from simulst.cli_options import stream_options_from_args
 
     items = items_from_args(args)
     options = stream_options_from_args(args)
     eval_options = eval_options_from_args(args, resume=not args.overwrite)
-    model = model_from_args(args, task=args.task)
+    model = evaluable_from_args(args)
     info = {"argv": sys.argv[1:], "task": args.task, "device": args.device}
     config = make_run_config(args.model, options, items, eval_options, info)
     report = run_eval(model, options, items, args.output, eval_options, config)
@@ -212,7 +228,7 @@ def score_command(args: argparse.Namespace) -> int:
 
 def sweep_command(args: argparse.Namespace) -> int:
     """``simulst sweep``: run the grid, write sweep.csv / sweep.md / plots, print the Markdown table."""
-    from simulst.cli_options import ctc_head_from_args, model_from_args, stream_options_from_args
+    from simulst.cli_options import ctc_head_from_args, stream_options_from_args
     from simulst.evaluation.plots import plot_sweep
     from simulst.evaluation.sweep import build_grid, parse_grid, quality_metric_for, run_sweep, write_table
     from simulst.models.loading import load_model
@@ -222,12 +238,14 @@ def sweep_command(args: argparse.Namespace) -> int:
     points = build_grid(base, args.policies or [args.policy], args.chunks or [], args.searches or [],
                         parse_grid(args.grid))
     eval_options = eval_options_from_args(args)
+    if args.jobs > 1 and args.to:
+        raise OptionError("cascade sweeps (--to) run in one process: use --jobs 1")
     if args.jobs > 1:
         factory: Any = functools.partial(load_model, args.model, device=args.device, language=args.language,
                                          task=args.task, window=args.window, ctc_head=ctc_head_from_args(args))
     else:
         def factory() -> Any:
-            return model_from_args(args, task=args.task)
+            return evaluable_from_args(args)
 
     def report(point: Any, scores: Mapping[str, Any]) -> None:
         shown = ", ".join(f"{k} {scores[k]:.3f}" for k in ("BLEU", "WER_norm", "AL", "LAAL", "AL_CA")

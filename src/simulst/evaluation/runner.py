@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -40,6 +40,13 @@ from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METR
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, load_spm, score_records, write_scores
 from simulst.models.base import SpeechModel
 from simulst.types import Costs, Emission
+
+if TYPE_CHECKING:
+    from simulst.cascade.pipeline import CascadeModel
+    from simulst.session import Stream
+
+# What an evaluation runs: a speech model (one Session per utterance) or a cascade (ASR -> MT).
+Evaluable: TypeAlias = "SpeechModel | CascadeModel"
 
 logger = logging.getLogger(__name__)
 
@@ -152,14 +159,22 @@ def _default_loader(path: Path, sample_rate: int) -> np.ndarray:
     return load_audio(path, sample_rate)
 
 
-def stream_through(
-    model: SpeechModel, options: StreamOptions, audio: np.ndarray
-) -> tuple[list[Emission], Costs]:
-    """Push ``audio`` through a fresh Session one chunk at a time, then finish it."""
+def open_stream(model: Evaluable, options: StreamOptions) -> Stream:
+    """A fresh stream: a :class:`~simulst.session.Session` of a speech model, or a cascade's stream."""
+    from simulst.cascade.pipeline import CascadeModel
     from simulst.session import Session
 
-    session = Session(model, options)
-    step = max(1, round(options.chunk_ms * model.sample_rate / 1000))
+    if isinstance(model, CascadeModel):
+        return model.open(options)
+    return Session(model, options)
+
+
+def stream_through(
+    model: Evaluable, options: StreamOptions, audio: np.ndarray
+) -> tuple[list[Emission], Costs]:
+    """Push ``audio`` through a fresh stream one chunk at a time, then finish it."""
+    session = open_stream(model, options)
+    step = session.chunk_samples
     emissions: list[Emission] = []
     for pos in range(0, audio.shape[0], step):
         emissions += session.push(audio[pos : pos + step])
@@ -168,7 +183,7 @@ def stream_through(
 
 
 def run_instance(
-    model: SpeechModel,
+    model: Evaluable,
     options: StreamOptions,
     item: TestItem,
     index: int,
@@ -251,6 +266,16 @@ def make_run_config(
     return RunConfig(run=run, info=dict(info or {}))
 
 
+def _with_defaults(recorded: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    out = dict(recorded)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _with_defaults(out[key], value)
+    return out
+
+
 def _check_resumable(out: Path, config: RunConfig) -> None:
     path = out / CONFIG_JSON
     if not path.is_file():
@@ -259,9 +284,19 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
         previous = json.loads(path.read_text(encoding="utf-8")).get("run")
     except (json.JSONDecodeError, AttributeError) as exc:
         raise OptionError(f"{path} is not a simulst config: {exc}") from exc
-    if previous != json.loads(json.dumps(config.run)):
-        previous = previous if isinstance(previous, dict) else {}
-        changed = sorted(k for k in set(previous) | set(config.run) if previous.get(k) != config.run.get(k))
+    previous = previous if isinstance(previous, dict) else {}
+    if isinstance(previous.get("stream"), dict):
+        # options added to simulst after that run was written take their defaults, which it ran with
+        previous["stream"] = _with_defaults(previous["stream"], stream_options_dict(StreamOptions()))
+    current = json.loads(json.dumps(config.run))
+    # the same utterances may sit elsewhere on another machine: compare ids and file names, not full paths
+    for run in (previous, current):
+        if isinstance(run.get("test_set"), list):
+            run["test_set"] = [
+                [str(e[0]), Path(str(e[1])).name] if isinstance(e, list) and len(e) == 2 else e for e in run["test_set"]
+            ]
+    if previous != current:
+        changed = sorted(k for k in set(previous) | set(current) if previous.get(k) != current.get(k))
         raise OptionError(
             f"{out} holds a run with other settings ({', '.join(changed)} differ): use another --output folder, "
             "or --overwrite to start it afresh"
@@ -269,7 +304,7 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
 
 
 def run_eval(
-    model: SpeechModel,
+    model: Evaluable,
     options: StreamOptions,
     items: Sequence[TestItem],
     out_dir: str | Path,

@@ -28,8 +28,7 @@ from typing import Any
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.evaluation.manifest import TestItem
-from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
-from simulst.models.base import SpeechModel
+from simulst.evaluation.runner import EvalOptions, Evaluable, make_run_config, run_eval
 
 logger = logging.getLogger(__name__)
 
@@ -183,10 +182,10 @@ def _row(point: SweepPoint, scores: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # Worker state of parallel sweeps: one model per process.
-_WORKER_MODEL: SpeechModel | None = None
+_WORKER_MODEL: Evaluable | None = None
 
 
-def _init_worker(factory: Callable[[], SpeechModel], threads: int) -> None:
+def _init_worker(factory: Callable[[], Evaluable], threads: int) -> None:
     global _WORKER_MODEL
     import torch
 
@@ -202,7 +201,7 @@ def _run_point_in_worker(
 
 
 def _run_point(
-    model: SpeechModel,
+    model: Evaluable,
     point: SweepPoint,
     items: Sequence[TestItem],
     out: Path,
@@ -215,7 +214,7 @@ def _run_point(
 
 
 def run_sweep(
-    model_factory: Callable[[], SpeechModel],
+    model_factory: Callable[[], Evaluable],
     points: Sequence[SweepPoint],
     items: Sequence[TestItem],
     out_dir: str | Path,

@@ -24,20 +24,21 @@ How the algorithms meet :class:`~simulst.session.Session` (which encodes, applie
 * *Extend beams* is one batched decoder step over all active beams (:meth:`DecoderModel.step`); the prefix
   every beam shares is force-decoded once per chunk in one parallel pass (:meth:`DecoderModel.start`) and its KV
   cache is shared by the beams (:meth:`DecoderModel.expand` / ``select``).
-* The *active beam* is this searcher's cross-chunk state (``kept``). The next chunk continues it: the forced
-  prefix is the committed output extended by the uncommitted tokens of the kept beam, force-decoded in the one
-  parallel pass - only the tokens after it are searched again (where IBWBS saves decoder passes over standard
-  beam search, which searches everything after the committed output every chunk). The session's policy
-  (hold-n, LA-n, SP-n) only decides how much of the hypotheses is *shown* (committed); it never shortens the
-  active beam. The kept beam always extends the committed output, as the policy commits a prefix of the best
-  hypothesis; when the policy has committed more than the kept beam (improved IBWBS after its two-token removal),
-  the committed output is the forced prefix.
-* Consequence (by the algorithms, not a bug): with IBWBS the best hypothesis of a chunk always extends the one
-  of the chunk before, so LA-n agrees on it by construction - it delays the output by n-1 chunks and never
-  revises it; hold-n delays it by n tokens. Improved IBWBS re-opens the last two tokens every chunk (l. 20), so
-  LA-2 then checks the agreement of those two. ``carry_over=False`` instead restarts every chunk from the
-  committed output (the active beam cut back to what the policy showed, as ESPnet's hold-n truncates its running
-  hypothesis): the policies then revise the unshown tail as with beam search, at the cost of searching it again.
+* The *active beam* after the policy (IBWBS Alg. 2 l. 15-16; 2023 Alg. 1 l. 18-20; CMU's pruned 1-best) is
+  what the next chunk continues. Two mappings (``carry_over``):
+
+  - ``carry_over=False`` (default): the active beam is cut back to what the policy showed - the next chunk
+    restarts from the committed output, as ESPnet's online search does with hold-n (it truncates its running
+    hypothesis by n tokens) and as CMU does (its output *is* the pruned 1-best). The policies keep their role:
+    the unshown tail is searched again with more audio.
+  - ``carry_over=True``: the searcher keeps the whole active beam (``kept``; BWBS: all its beams, Tsunoo's
+    re-translation) and the next chunk force-decodes the committed output plus the kept uncommitted tokens in its
+    one parallel pass, so they are not searched again (fewer decoder passes). The policy then only decides how
+    much is *shown*: with IBWBS the best hypothesis of a chunk always extends the one before, so LA-n agrees on it
+    by construction (it delays, never revises), and an early hallucination of an offline model stays in every
+    later hypothesis (see ``bench/results/blockwise_searches.md``). Improved IBWBS re-opens the last two tokens
+    every chunk (l. 20). The kept beam always extends the committed output (the policy commits a prefix of the
+    best hypothesis); when the policy has committed more, the committed output is the forced prefix.
 * *Remove the last two tokens*: ``<eos>`` counts as one of them (the beam "A B <eos>" becomes "A"), as in ESPnet's
   ``BatchBeamSearchOnline`` (Tsunoo's implementation, which rewinds the search two steps); tokens already
   committed are never removed (the session cannot retract them).
@@ -46,8 +47,12 @@ How the algorithms meet :class:`~simulst.session.Session` (which encodes, applie
   then applies to the chosen beam. Ranking the shortened beams instead would favour any beam that stopped within
   its first two tokens: its remainder is empty, with score 0.
 * IBWBS's "active beams" (l. 4) start at the beam size K and shrink by one for each stopped beam: stopped beams
-  are not replaced, so a chunk ends when the last beam stops (or at the chunk's token budget, where the still
-  active beams join ``Stopped`` untrimmed).
+  are not replaced, so a chunk ends when the last beam stops, or at the chunk's token budget (the papers' "max.
+  length"; the session allows 12 tokens per second of audio + 10, far more than speech needs). Only stopped
+  beams can become the active beam (l. 14-15): beams still active at the budget are dropped, and when none has
+  stopped the chunk has no reliable hypothesis and the active beam stays (ESPnet's online search likewise
+  reverts to its previous incremental hypothesis when a non-final chunk reaches the maximum length). BWBS and
+  the rewinding step revert to the chunk's start in that case.
 * Improved IBWBS compares raw scores (sums of the searched tokens' log-probabilities; all beams of a chunk start
   from the same forced prefix, so they are comparable) and checks the beams of a step best first, so within a
   step a beam ranked below a beam that has just stopped on ``<eos>`` stops as well (l. 9-10 in the order of the
@@ -188,12 +193,13 @@ class ChunkSearcher(Searcher):
         beam: the beam size K.
         length_penalty: the exponent of the length normalisation.
         repetition_detection: stop on a repeated token as well (for blockwise models; off for offline ones).
-        carry_over: continue the kept active beam in the next chunk (the papers' algorithms); False: restart
-            every chunk from the committed output (the active beam cut back to what the policy showed).
+        carry_over: continue the kept active beam (BWBS: all beams) in the next chunk, as the papers' algorithms
+            do; False (default): restart every chunk from the committed output (the active beam cut back to what
+            the policy showed).
     """
 
     def __init__(
-        self, beam: int, length_penalty: float = 1.0, repetition_detection: bool = False, carry_over: bool = True
+        self, beam: int, length_penalty: float = 1.0, repetition_detection: bool = False, carry_over: bool = False
     ) -> None:
         if beam < 1:
             raise OptionError(f"beam size must be >= 1, got {beam}")
@@ -263,12 +269,13 @@ class IncrementalBlockwiseBeamSearch(ChunkSearcher):
         costs: Costs,
     ) -> list[Hypothesis]:
         self.begin_block()
-        stopped, still_active = self.expand_until_stopped(model, enc, forced, budget, costs)
+        stopped = self.expand_until_stopped(model, enc, forced, budget, costs)
         self.end_block(stopped)
+        if not stopped:  # no beam stopped within the budget: no reliable hypothesis, the active beam stays
+            return [Hypothesis(forced, 0.0, False)]
         floor = len(committed)
-        pool = [(b, self.after_stop(b, floor)) for b in stopped] + [(b, b) for b in still_active]
-        pool.sort(key=lambda pair: pair[0].normalized(self.length_penalty), reverse=True)  # l. 14
-        shown = [b for _, b in pool]
+        pool = sorted(stopped, key=lambda b: b.normalized(self.length_penalty), reverse=True)  # l. 14
+        shown = [self.after_stop(b, floor) for b in pool]
         self.kept = self.kept_after_policy(shown[0], floor)  # l. 15 (improved: 18-20)
         return [b.hypothesis() for b in shown]
 
@@ -294,10 +301,11 @@ class IncrementalBlockwiseBeamSearch(ChunkSearcher):
     # ---- the search loop (l. 4-13)
     def expand_until_stopped(
         self, model: DecoderModel, enc: Encoded, forced: tuple[int, ...], budget: int, costs: Costs
-    ) -> tuple[list[Beam], list[Beam]]:
+    ) -> list[Beam]:
         """Extend the active beams, best first, until every beam has stopped or the budget is spent.
 
-        Returns ``(Stopped, beams still active at the budget)``. One decoder call per step, none after the last.
+        Returns ``Stopped`` (beams still active at the budget are dropped: only stopped beams can become the
+        active beam, l. 14-15). One decoder call per step, none after the last.
         """
         logp, state = model.start(enc, forced, costs)
         beams, step_logp = [Beam(forced)], logp.unsqueeze(0)
@@ -317,7 +325,7 @@ class IncrementalBlockwiseBeamSearch(ChunkSearcher):
             if not beams or step + 1 == budget:
                 break
             step_logp, state = advance(model, state, beams, sources, costs)
-        return stopped, beams
+        return stopped
 
 
 class ImprovedIncrementalBlockwiseBeamSearch(IncrementalBlockwiseBeamSearch):
@@ -328,7 +336,7 @@ class ImprovedIncrementalBlockwiseBeamSearch(IncrementalBlockwiseBeamSearch):
     """
 
     def __init__(
-        self, beam: int, length_penalty: float = 1.0, repetition_detection: bool = False, carry_over: bool = True
+        self, beam: int, length_penalty: float = 1.0, repetition_detection: bool = False, carry_over: bool = False
     ) -> None:
         super().__init__(beam, length_penalty, repetition_detection, carry_over)
         self.seen: set[tuple[int, ...]] = set()  # l. 1
@@ -402,8 +410,10 @@ def expand_synchronously(
     On an unreliable extension (``<eos>`` or repetition) of any kept candidate, every beam is rewound two steps:
     the unreliable token and the one before it are removed (IBWBS paper Alg. 1 l. 5-7; ESPnet
     ``BatchBeamSearchOnline`` keeps ``prev_hyps``, "2 behind the ended hyps"; CMU Alg. 1 l. 12-14 ``newHyps =
-    prevHyps``), never past the chunk's start. Returns the beams and whether the end was detected (False: the
-    budget ran out).
+    prevHyps``), never past the chunk's start. When the budget runs out first the beams have run away (a legit
+    hypothesis ends well within it): the search reverts to the chunk's start, as ESPnet's online search reverts
+    to its previous incremental hypothesis when a non-final chunk reaches the maximum length. Returns the beams
+    and whether the end was detected (False: the budget ran out).
     """
     levels = [beams]
     for step in range(budget):
@@ -416,7 +426,7 @@ def expand_synchronously(
         if step + 1 == budget:
             break
         step_logp, state = advance(model, state, beams, sources, costs)
-    return beams, False
+    return levels[0], False
 
 
 class BlockwiseBeamSearch(ChunkSearcher):
@@ -427,7 +437,7 @@ class BlockwiseBeamSearch(ChunkSearcher):
     """
 
     def __init__(
-        self, beam: int, length_penalty: float = 1.0, repetition_detection: bool = False, carry_over: bool = True
+        self, beam: int, length_penalty: float = 1.0, repetition_detection: bool = False, carry_over: bool = False
     ) -> None:
         super().__init__(beam, length_penalty, repetition_detection, carry_over)
         self.beams: list[tuple[int, ...]] = []

@@ -2,10 +2,10 @@
 
 Per chunk, standard beam steps (width K, length-normalised ranking). On a non-final chunk, when a candidate the
 step keeps is ``<eos>`` or a token already in its hypothesis (l. 12), the end is detected and the step rewinds
-to the previous hypotheses (l. 13-14: ``newHyps = prevHyps``); reaching the token budget also ends the chunk
-(l. 15-16). On end detection the beam is pruned to the 1-best (l. 20-21), "which the next chunk continues from"
-(§3.2): that 1-best is this searcher's kept hypothesis, force-decoded with the committed output in the next
-chunk's one parallel pass.
+to the previous hypotheses (l. 13-14: ``newHyps = prevHyps``). On end detection the beam is pruned to the
+1-best (l. 20-21), "which the next chunk continues from" (§3.2). CMU shows that 1-best, so the next chunk
+continues what was shown: here the committed output (the default); with ``carry_over=True`` the searcher keeps
+the 1-best and force-decodes its uncommitted tokens too, in the next chunk's one parallel pass.
 
 Where the session and the paper meet (see also :mod:`simulst.search.blockwise`):
 
@@ -19,6 +19,10 @@ Where the session and the paper meet (see also :mod:`simulst.search.blockwise`):
   CMU's setting, up to the one-token/whole-word delay the session applies).
 * Repetition detection is an option (``repetition_detection``); off by default, as for the other searches on
   full-context models (see :mod:`simulst.search.blockwise`). The paper's Alg. 1 checks it always.
+* Reaching the maximum length ends the chunk too (l. 15-16). Here that is the chunk's token budget (12 tokens
+  per second of audio + 10), which only runaway beams reach: the step then reverts to the chunk's start, as
+  ESPnet's online search reverts to its previous incremental hypothesis ("search stopped by maxlen in a non
+  final chunk"), instead of pruning the runaway beams to their 1-best.
 * All beams of a step have the same length, so the 1-best by raw score is also the length-normalised 1-best.
 * On the final chunk (``isFinal``) there is no end detection: offline :class:`BeamSearch` from the kept
   hypothesis, so one final chunk is exactly offline beam search.

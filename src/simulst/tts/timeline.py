@@ -8,8 +8,9 @@ exists. The output timeline shares its origin with the source audio, so
 * EndOffset = end of the last speech segment − |X| (the source duration, ms),
 
 as SimulEval scores speech output (Ma et al. 2020). The "ready" time of an increment is its emission's
-``source_ms`` (clock ``source``, computation-unaware) or its ``elapsed_ms`` plus the synthesis compute
-(clock ``elapsed``, computation-aware; the synthesiser works through the increments one after another).
+``source_ms`` (clock ``source``, computation-unaware), or its ``elapsed_ms`` plus the synthesis compute (clock
+``elapsed``, computation-aware; the synthesiser works through the increments one after another), or the
+wall-clock time at which it was emitted plus the synthesis compute (clock ``wall``, for real-time feeding).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from simulst.errors import OptionError, SimulstError
 from simulst.tts.base import SpeechSynthesizer
 from simulst.types import Emission
 
-CLOCKS = ("source", "elapsed")
+CLOCKS = ("source", "elapsed", "wall")
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,9 @@ class SpeechOutput:
 
     Args:
         synthesizer: the TTS engine (shared).
-        clock: ``source`` (ready at the emission's ``source_ms``) or ``elapsed`` (ready at its ``elapsed_ms``
-            plus the synthesis compute, the synthesiser handling increments one at a time).
+        clock: ``source`` (ready at the emission's ``source_ms``), ``elapsed`` (ready at its ``elapsed_ms``
+            plus the synthesis compute, the synthesiser handling increments one at a time) or ``wall`` (as
+            ``elapsed``, from the wall-clock time passed to :meth:`add`).
     """
 
     def __init__(self, synthesizer: SpeechSynthesizer, clock: str = "source") -> None:
@@ -176,17 +178,20 @@ class SpeechOutput:
         self.timeline = SpeechTimeline(synthesizer.sample_rate)
         self._synth_free_ms = 0.0  # elapsed clock: when the synthesiser finishes its previous increment
 
-    def add(self, emission: Emission) -> SpeechSegment | None:
-        """Speak an emission's text (nothing for blank text)."""
+    def add(self, emission: Emission, wall_ms: float | None = None) -> SpeechSegment | None:
+        """Speak an emission's text (nothing for blank text); ``wall_ms``: when it was emitted (clock ``wall``)."""
         if not emission.text.strip():
             return None
+        if self.clock == "wall" and wall_ms is None:
+            raise OptionError("the wall speech clock needs the wall-clock time of each emission")
         start = time.perf_counter()
         audio = self.synthesizer.synthesize(emission.text)
         synthesis_s = time.perf_counter() - start
         if audio.shape[0] == 0:
             return None
-        if self.clock == "elapsed":
-            ready = max(emission.elapsed_ms, self._synth_free_ms) + synthesis_s * 1000.0
+        if self.clock != "source":
+            emitted = emission.elapsed_ms if wall_ms is None or self.clock == "elapsed" else wall_ms
+            ready = max(emitted, self._synth_free_ms) + synthesis_s * 1000.0
             self._synth_free_ms = ready
         else:
             ready = emission.source_ms
