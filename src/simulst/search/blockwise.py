@@ -67,8 +67,8 @@ How the algorithms meet :class:`~simulst.session.Session` (which encodes, applie
   beam live across chunks; the rewinding step goes back two steps (see :mod:`simulst.search.rewind`).
 * On the final chunk (``final=True``) every searcher is offline beam search (:class:`BeamSearch`) from its
   forced prefix (BWBS: continuing all its beams), so one final chunk is exactly offline beam search.
-* BWBS keeps all its beams, but beams that do not extend the committed output are dropped (the output is shown
-  incrementally). Its hypotheses are returned best first; the policy sees them all (SP-n uses every beam).
+* BWBS returns all its beams, best first; the policy sees them all (SP-n uses every beam). With ``carry_over``
+  the next chunk continues all of them except those that contradict the committed output (shown incrementally).
 """
 
 from __future__ import annotations
@@ -256,7 +256,8 @@ class IncrementalBlockwiseBeamSearch(ChunkSearcher):
 
         searcher = IncrementalBlockwiseBeamSearch(beam=5)
         hyps = searcher.search(model, enc, committed, 50, costs, final=False)
-        # hyps[0]: the active beam (searcher.kept, continued by the next chunk); then the rest of Stopped
+        # hyps[0]: the active beam (searcher.kept; the next chunk continues it with carry_over=True),
+        # then the rest of Stopped, best first
     """
 
     def search_block(
@@ -432,8 +433,9 @@ def expand_synchronously(
 class BlockwiseBeamSearch(ChunkSearcher):
     """BWBS (Tsunoo et al. 2021; IBWBS paper Alg. 1): all beams stop on any ``<eos>`` / repetition; all are kept.
 
-    Cross-chunk state: ``beams``, the beams carried to the next chunk (a re-translation search: they may differ
-    anywhere after the committed output).
+    Cross-chunk state: ``beams``, the beams the next chunk continues with ``carry_over=True`` (a re-translation
+    search: they may differ anywhere after the committed output); by default it restarts from the committed
+    output, where it shows the same best beam as :class:`~simulst.search.rewind.RewindingBeamSearch`.
     """
 
     def __init__(
