@@ -16,7 +16,7 @@ import numpy as np
 from simulst.audio.io import is_silent, load_audio
 from simulst.cli_options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.errors import SimulstError
-from simulst.session import Session, Stream
+from simulst.session import Session, Stream, ensure_fits
 from simulst.types import Emission
 
 
@@ -64,6 +64,7 @@ def run_stream(args: argparse.Namespace) -> int:
     model = model_from_args(args, task=args.task)
     if model.sample_rate != 16000:
         audio = load_audio(args.audio, model.sample_rate)
+    ensure_fits(model, audio.shape[0])  # refuse before streaming, not after 30 s of it
     session = Session(model, options, catch_up=args.realtime)
     printer = json_printer if args.json else text_printer
     wall_start = time.perf_counter()

@@ -194,11 +194,7 @@ class Session:
     def _append(self, audio: np.ndarray) -> None:
         st = self.state
         needed = st.samples + audio.shape[0]
-        if needed > self.model.max_source_samples:
-            raise InputTooLongError(
-                f"the source is longer than the model's {self.model.max_source_samples / self.model.sample_rate:.0f}"
-                " s window; long-form streaming is not supported yet - split the audio"
-            )
+        ensure_fits(self.model, needed)
         if needed > st.audio.shape[0]:
             grown = np.zeros(max(needed, 2 * st.audio.shape[0]), dtype=np.float32)
             grown[: st.samples] = st.audio[: st.samples]
@@ -265,6 +261,15 @@ class Session:
         )
         st.emissions.append(emission)
         return emission
+
+
+def ensure_fits(model: SpeechModel, samples: int) -> None:
+    """Raise :class:`InputTooLongError` when ``samples`` of source exceed the model's window."""
+    if samples > model.max_source_samples:
+        raise InputTooLongError(
+            f"the source is longer than the model's {model.max_source_samples / model.sample_rate:.0f} s window; "
+            "long-form streaming is not supported yet - split the audio"
+        )
 
 
 def whole_words(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:

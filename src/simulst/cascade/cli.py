@@ -75,6 +75,7 @@ def run_cascade(args: argparse.Namespace) -> int:
     from simulst.cascade.loading import load_mt
     from simulst.cli import feed_fast, feed_realtime, json_printer, text_printer
     from simulst.cli_options import model_from_args, stream_options_from_args
+    from simulst.session import ensure_fits
     from simulst.tts.timeline import SpeechOutput
 
     if not args.to:
@@ -96,6 +97,7 @@ def run_cascade(args: argparse.Namespace) -> int:
     asr = model_from_args(args, task="transcribe")
     if asr.sample_rate != 16000:
         audio = load_audio(args.audio, asr.sample_rate)
+    ensure_fits(asr, audio.shape[0])
     cascade = CascadeSession(asr, mt, options, mt_options, catch_up=args.realtime)
 
     printer = json_printer if args.json else text_printer
