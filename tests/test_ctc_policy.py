@@ -78,6 +78,17 @@ def test_higher_c_end_decodes_further() -> None:
     assert CtcEnd().stable_prefix([hyp]) == (A,)
 
 
+def test_default_c_end_depends_on_the_kind_of_head() -> None:
+    # token level: the paper's 0 -> log 4 > 0 stops at "a"
+    [hyp] = CtcGreedySearch(CtcEndRule(None)).search(decoder(TABLE), token_enc(CTC_AB), [], 10, Costs(), False)
+    assert hyp.tokens == (A,)
+    # word level: -20 -> the "any" odds of "the cat" (log(.5/.5) = 0) exceed it: stop before " sat"
+    enc = char_enc("the cat", last={"<blank>": 0.5, " ": 0.5})
+    model = ScriptedDecoder(WORD_PIECES, lambda tokens, _s: WORD_TABLE.get(tokens, {0: 1.0}))
+    [hyp] = CtcGreedySearch(CtcEndRule(None, "any")).search(model, enc, [], 10, Costs(), final=False)
+    assert hyp.tokens == (1, 2, 3)
+
+
 def test_c_end_infinite_never_stops_and_equals_plain_greedy() -> None:
     costs = Costs()
     [hyp] = CtcGreedySearch(CtcEndRule(math.inf)).search(decoder(TABLE), token_enc(CTC_AB), [], 10, costs, False)
@@ -244,7 +255,8 @@ def test_the_policy_needs_a_ctc_head() -> None:
 
 
 def test_options_and_factories() -> None:
-    assert PolicyOptions.parse("ctc") == PolicyOptions("ctc", 1, ctc_threshold=0.0)
+    assert PolicyOptions.parse("ctc") == PolicyOptions("ctc", 1, ctc_threshold=None)  # the head kind's default
+    assert str(PolicyOptions.parse("ctc")) == "ctc"
     assert PolicyOptions.parse("ctc:-1.5").ctc_threshold == -1.5
     assert PolicyOptions.parse("ctc:inf").ctc_threshold == math.inf
     assert str(PolicyOptions.parse("ctc:2")) == "ctc:2"

@@ -89,14 +89,14 @@ def test_c_end_infinite_equals_hold_one(model) -> None:  # type: ignore[no-untyp
 
 
 def test_the_ctc_policy_streams_jfk(model) -> None:  # type: ignore[no-untyped-def]
-    session, out = run(model, "ctc:0")
+    session, out = run(model, "ctc")  # the default C_end
     la, _ = run(model, "la-2")
     words = session.text.lower().replace(",", "").replace(".", "").split()
     assert words[:4] == ["and", "so", "my", "fellow"] and words[-3:] == ["for", "your", "country"]
     assert len(out) >= 5  # it commits while the audio streams in
     assert session.costs.extra.get("ctc_stops", 0) > 0
     assert session.costs.decoder_calls < la.costs.decoder_calls  # it stops instead of re-generating
-    beam, _ = run(model, "ctc:0", "beam")
+    beam, _ = run(model, "ctc", "beam")
     assert beam.text.lower().startswith("and so my fellow")
 
 

@@ -67,19 +67,21 @@ class PolicyOptions:
             (wait-k over chunks), ``ctc`` (the CTC online policy, 2023 paper §2.3: :mod:`simulst.policies.ctc_end`).
         n: the policy's n (k for wait-k).
         ctc_threshold: C_end of the CTC policy: a chunk's search stops when log Odds_end > C_end (+inf: never).
+            None: the default of the CTC head's kind (:mod:`simulst.policies.ctc_end`: 0 as in the paper for a
+            head over the decoder's tokens, -20 for the word-level policy with a character head).
         ctc_odds: the CTC policy's denominator with a CTC head of another vocabulary: ``next`` (the paper's
             c_att: the CTC labels that start the decoder's next word) or ``any`` (every continuation: eq. 4).
     """
 
     name: str = "la"
     n: int = 2
-    ctc_threshold: float = 0.0
+    ctc_threshold: float | None = None
     ctc_odds: str = "next"
 
     def __post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
             raise OptionError(f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N")
-        if self.ctc_odds not in CTC_ODDS or math.isnan(self.ctc_threshold):
+        if self.ctc_odds not in CTC_ODDS or (self.ctc_threshold is not None and math.isnan(self.ctc_threshold)):
             raise OptionError(f"CTC policy: odds must be one of {', '.join(CTC_ODDS)} and C_end a number")
         minimum = 0 if self.name in ("hold", "offline") else 1
         if self.n < minimum:
@@ -88,14 +90,15 @@ class PolicyOptions:
     @classmethod
     def parse(cls, spec: str) -> PolicyOptions:
         """Parse a policy name as the papers write it: ``offline``, ``la-2``, ``hold-6``, ``sp-2``, ``wait-3``,
-        ``ctc`` (C_end = 0) or ``ctc:C`` (C_end = C, e.g. ``ctc:-1.5``, ``ctc:inf``), optionally ``ctc:C:any``
+        ``ctc`` (the default C_end) or ``ctc:C`` (C_end = C, e.g. ``ctc:-1.5``, ``ctc:inf``), optionally ``ctc:C:any``
         (the ``any`` odds, see ``ctc_odds``)."""
         spec = spec.strip().lower()
         if spec == "offline":
             return cls("offline", 0)
         ctc = re.fullmatch(r"ctc(?::([-+]?(?:inf|\d+(?:\.\d*)?|\.\d+)))?(?::(next|any))?", spec)
         if ctc:
-            return cls("ctc", 1, ctc_threshold=float(ctc.group(1) or 0.0), ctc_odds=ctc.group(2) or "next")
+            threshold = None if ctc.group(1) is None else float(ctc.group(1))
+            return cls("ctc", 1, ctc_threshold=threshold, ctc_odds=ctc.group(2) or "next")
         match = re.fullmatch(r"(la|hold|sp|wait)-?(\d+)", spec)
         if not match:
             raise OptionError(f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc[:C]")
@@ -103,7 +106,8 @@ class PolicyOptions:
 
     def __str__(self) -> str:
         if self.name == "ctc":
-            return f"ctc:{self.ctc_threshold:g}" + (":any" if self.ctc_odds == "any" else "")
+            threshold = "" if self.ctc_threshold is None else f":{self.ctc_threshold:g}"
+            return f"ctc{threshold}" + (":any" if self.ctc_odds == "any" else "")
         return "offline" if self.name == "offline" else f"{self.name}-{self.n}"
 
 

@@ -9,6 +9,7 @@ after each token (or word) whether the audio read so far is used up:
 ``p_ctc(g⊕c…|X)`` the CTC prefix probability that it goes on with c). When log Odds_end(g) > C_end the search of
 this chunk stops, and g *minus its last token* is committed (the last token is the one most likely produced from
 a cut word at the chunk's end). C_end in [−2, 2] works across models (paper §2.3); C_end = +inf never stops early.
+The word-level odds of a character head live on a much larger scale (see ``DEFAULT_C_END_WORD``).
 
 The two halves live where they act:
 
@@ -59,6 +60,12 @@ from simulst.search.stopping import StopCheck, StopRule
 from simulst.types import Costs, Hypothesis
 
 ODDS = ("next", "any")
+# Default C_end when none is given. Token level: the paper's middle value (§2.3: C_end in [-2, 2] works across its
+# models). Word level with the character head: a word-level log Odds_end is a sum over many frames and characters,
+# so it spans about -150..+50 (a word of speech the hypothesis leaves unexplained costs tens of nats) and [-2, 2]
+# holds few decisions; -20 is the best trade-off measured on the shared English set (bench/results/ctc_policy.md).
+DEFAULT_C_END_TOKEN = 0.0
+DEFAULT_C_END_WORD = -20.0
 
 
 class CtcEnd(Policy):
@@ -73,13 +80,13 @@ class CtcEndRule(StopRule):
     """Stop a chunk's search when log Odds_end(g) > C_end (see the module notes).
 
     Args:
-        threshold: C_end (+inf: never stop).
+        threshold: C_end (+inf: never stop); None: ``DEFAULT_C_END_TOKEN`` or ``DEFAULT_C_END_WORD`` by the head.
         odds: ``next`` (c_att: the start of the decoder's next word) or ``any`` (eq. 4, every continuation);
             only used with a head of another vocabulary.
     """
 
-    def __init__(self, threshold: float, odds: str = "next") -> None:
-        if math.isnan(threshold):
+    def __init__(self, threshold: float | None, odds: str = "next") -> None:
+        if threshold is not None and math.isnan(threshold):
             raise OptionError("C_end must be a number")
         if odds not in ODDS:
             raise OptionError(f"unknown CTC odds {odds!r}; choose one of {', '.join(ODDS)}")
@@ -92,8 +99,11 @@ class CtcEndRule(StopRule):
             raise OptionError("the CTC policy needs a model with a CTC head (--ctc-head PATH; Whisper tiny.en has "
                               "a shipped one)")
         if enc.ctc_labels.token_level:
-            return _TokenCheck(self, enc.ctc_log_probs, enc.ctc_labels.blank, model.eos_id, costs)
-        return _WordCheck(self, enc.ctc_log_probs, enc.ctc_labels, model.tokenizer, model.eos_id, costs)
+            threshold = DEFAULT_C_END_TOKEN if self.threshold is None else self.threshold
+            return _TokenCheck(threshold, enc.ctc_log_probs, enc.ctc_labels.blank, model.eos_id, costs)
+        threshold = DEFAULT_C_END_WORD if self.threshold is None else self.threshold
+        return _WordCheck(threshold, self.odds, enc.ctc_log_probs, enc.ctc_labels, model.tokenizer, model.eos_id,
+                          costs)
 
 
 _LOG_FLOOR = -1.0e5  # log a_t clamp inside the closed-form scan (exp(-1e5) is 0 in float64 anyway)
@@ -203,27 +213,28 @@ def _best_non_eos(next_log_probs: torch.Tensor, eos: int) -> int:
 class _TokenCheck(StopCheck):
     """Same vocabulary: eq. 5 after every token."""
 
-    def __init__(self, rule: CtcEndRule, log_probs: torch.Tensor, blank: int, eos: int, costs: Costs) -> None:
-        self.rule = rule
+    def __init__(self, threshold: float, log_probs: torch.Tensor, blank: int, eos: int, costs: Costs) -> None:
+        self.threshold = threshold
         self.forward = PrefixForward(log_probs, blank)
         self.eos = eos
         self.costs = costs
 
     def __call__(self, tokens: Sequence[int], next_log_probs: torch.Tensor) -> bool:
-        if self.rule.threshold == math.inf:
+        if self.threshold == math.inf:
             return False
         c_att = _best_non_eos(next_log_probs, self.eos)
         self.forward.set(tokens)
         odds = log_odds(self.forward.log_end(len(tokens)), self.forward.log_next(len(tokens), c_att))
-        return _count(self.costs, odds > self.rule.threshold)
+        return _count(self.costs, odds > self.threshold)
 
 
 class _WordCheck(StopCheck):
     """Another vocabulary: at word boundaries, on the re-tokenised word prefix."""
 
-    def __init__(self, rule: CtcEndRule, log_probs: torch.Tensor, labels: CtcLabels, tokenizer: Tokenizer,
-                 eos: int, costs: Costs) -> None:
-        self.rule = rule
+    def __init__(self, threshold: float, odds: str, log_probs: torch.Tensor, labels: CtcLabels,
+                 tokenizer: Tokenizer, eos: int, costs: Costs) -> None:
+        self.threshold = threshold
+        self.odds = odds
         self.labels = labels
         self.tokenizer = tokenizer
         self.forward = PrefixForward(log_probs, labels.blank)
@@ -231,21 +242,21 @@ class _WordCheck(StopCheck):
         self.costs = costs
 
     def __call__(self, tokens: Sequence[int], next_log_probs: torch.Tensor) -> bool:
-        if self.rule.threshold == math.inf:
+        if self.threshold == math.inf:
             return False
         c_att = _best_non_eos(next_log_probs, self.eos)
         if not self.tokenizer.starts_word(c_att):
             return False  # g ends inside a word: wait for the word to complete
         text = self.tokenizer.decode(tokens)
         g = self.labels.encode(text)
-        start = self.next_word_start(text, g, c_att) if self.rule.odds == "next" else None
+        start = self.next_word_start(text, g, c_att) if self.odds == "next" else None
         if start is None:
             self.forward.set(g)
             log_continue = self.forward.log_continue_any(len(g))
         else:  # keep the separator(s) in the forward state: the next check's g most likely starts with them
             self.forward.set([*g, *start[:-1]])
             log_continue = self.forward.log_next(len(g) + len(start) - 1, start[-1])
-        return _count(self.costs, log_odds(self.forward.log_end(len(g)), log_continue) > self.rule.threshold)
+        return _count(self.costs, log_odds(self.forward.log_end(len(g)), log_continue) > self.threshold)
 
     def next_word_start(self, text: str, g: Sequence[int], c_att: int) -> list[int] | None:
         """The CTC labels that start the decoder's next word after g: separator(s) + the word's first label.
