@@ -1,0 +1,125 @@
+"""Record (or check) the golden outputs of every policy × search family on the shared English speech.
+
+``python -m tests.golden.record`` writes ``tests/golden/outputs.json``: for each configuration and utterance (jfk +
+fleurs-en-dev, Whisper tiny.en from ``../shared/models``), every emission's text and source time, the final text and
+the work counters. ``tests/test_golden.py`` re-runs the configurations and asserts the outputs are identical, so a
+redesign of the engine cannot change what a user sees (or how many decoder passes it takes to get there).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.shared_assets import WHISPER_TINY_EN, english_items
+
+OUTPUTS = Path(__file__).resolve().parent / "outputs.json"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One golden configuration: model variant, policy, search, and whether it is the en→es cascade."""
+
+    name: str
+    policy: str
+    search: str = "greedy"
+    window: str = "audio"
+    precision: str = "fp32"
+    carry_over: bool = False
+    ctc_head: bool = False
+    cascade: bool = False
+
+
+CONFIGS = (
+    Config("la2-greedy-full", "la-2", window="full"),
+    Config("hold6-greedy-full", "hold-6", window="full"),
+    Config("offline-beam-full", "offline", "beam", window="full"),
+    Config("la2-greedy-audio", "la-2"),
+    Config("la2-greedy-audio-int8", "la-2", precision="int8"),
+    Config("wait3-greedy-audio", "wait-3"),
+    Config("sp2-beam-audio", "sp-2", "beam"),
+    Config("la2-bwbs-audio", "la-2", "bwbs"),
+    Config("la2-bwbs-carry-audio", "la-2", "bwbs", carry_over=True),
+    Config("la2-ibwbs-audio", "la-2", "ibwbs"),
+    Config("la2-ibwbs-carry-audio", "la-2", "ibwbs", carry_over=True),
+    Config("la2-ibwbs2-audio", "la-2", "ibwbs2"),
+    Config("la2-ibwbs2-carry-audio", "la-2", "ibwbs2", carry_over=True),
+    Config("la2-rewind-audio", "la-2", "rewind"),
+    Config("ctc-greedy-audio", "ctc", ctc_head=True),
+    Config("ctc-beam-audio", "ctc", "beam", ctc_head=True),
+    Config("cascade-en-es-la2-audio", "la-2", cascade=True),
+)
+CHUNK_MS = 1000.0
+BEAM = 4
+
+
+def run(config: Config, models: dict[tuple[str, str, bool], Any]) -> dict[str, Any]:
+    """Stream every shared English utterance through ``config``; the recorded outputs per utterance."""
+    from simulst.audio.io import load_audio
+    from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+    from simulst.models.loading import load_model
+
+    key = (config.window, config.precision, config.ctc_head)
+    if key not in models:
+        models[key] = load_model(str(WHISPER_TINY_EN), window=config.window, precision=config.precision,
+                                 ctc_head="default" if config.ctc_head else None)
+    model = models[key]
+    options = StreamOptions(chunk_ms=CHUNK_MS, policy=PolicyOptions.parse(config.policy),
+                            search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over))
+    out: dict[str, Any] = {}
+    for uid, path, _ in english_items():
+        audio = load_audio(path)
+        stream = open_stream(model, options, config.cascade)
+        step = stream.chunk_samples
+        emissions = []
+        for pos in range(0, audio.shape[0], step):
+            emissions += stream.push(audio[pos : pos + step])
+        emissions += stream.finish()
+        costs = stream.costs
+        out[uid] = {
+            "emissions": [[e.text, round(e.source_ms, 3)] for e in emissions],
+            "text": stream.text,
+            "decoder_calls": costs.decoder_calls,
+            "decoder_positions": costs.decoder_positions,
+            "encoder_calls": costs.encoder_calls,
+        }
+        if config.cascade:
+            out[uid]["source_text"] = stream.source_text
+    return out
+
+
+def open_stream(model: Any, options: Any, cascade: bool) -> Any:
+    """A stream of the speech model, or of the en→es cascade (Apertium, LA-2) over it."""
+    if not cascade:
+        from simulst.session import Session
+
+        return Session(model, options)
+    from simulst.cascade.apertium import ApertiumMT
+    from simulst.cascade.options import MTOptions
+    from simulst.cascade.pipeline import CascadeSession
+    from simulst.config import PolicyOptions
+
+    return CascadeSession(model, ApertiumMT("eng-spa"), options, MTOptions(policy=PolicyOptions.parse("la-2")))
+
+
+def main() -> None:
+    """Record all configurations (or those named on the command line) into ``outputs.json``."""
+    import torch
+
+    torch.set_num_threads(1)
+    recorded: dict[str, Any] = json.loads(OUTPUTS.read_text()) if OUTPUTS.is_file() else {}
+    wanted = set(sys.argv[1:])
+    models: dict[tuple[str, str, bool], Any] = {}
+    for config in CONFIGS:
+        if wanted and config.name not in wanted:
+            continue
+        recorded[config.name] = run(config, models)
+        OUTPUTS.write_text(json.dumps(recorded, indent=1, ensure_ascii=False) + "\n")
+        print(config.name, "recorded", flush=True)
+
+
+if __name__ == "__main__":
+    main()
