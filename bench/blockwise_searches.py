@@ -40,6 +40,7 @@ from simulst.evaluation.runner import EvalOptions, run_instance
 from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.models.base import Encoded, SpeechModel
 from simulst.models.loading import load_model
+from simulst.streaming.engine import SpeechEngine
 from simulst.types import Costs
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -127,7 +128,7 @@ def run_all(
         audio = load_audio(item.audio, model.sample_rate)
         started = time.perf_counter()
         for config in grid:
-            record = run_instance(shared, config.options(), item, index, eval_options,  # type: ignore[arg-type]
+            record = run_instance(SpeechEngine(shared), config.options(), item, index, eval_options,  # type: ignore[arg-type]
                                   load=lambda _path, _rate, a=audio: a)
             records[config].append(record)
         print(f"{item.id}: {len(grid)} configurations in {time.perf_counter() - started:.0f} s", flush=True)

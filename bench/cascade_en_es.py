@@ -9,7 +9,7 @@ reference's word count, SimulEval's convention). Also writes jfk's translated sp
 ``out/cascade/jfk.es.wav`` (git-ignored) and reports its duration, RMS, StartOffset / EndOffset.
 
 The simultaneous ASR runs once per utterance; its emissions are then replayed through each MT configuration,
-which is exactly what :class:`~simulst.cascade.pipeline.CascadeSession` does (the MT stage only sees ASR
+which is exactly what a :class:`~simulst.streaming.cascade.CascadeSession` does (the MT stage only sees ASR
 emissions), and one configuration is also run live through ``CascadeSession`` to check that.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/cascade_en_es.py
@@ -31,16 +31,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATA, Item, english_set, machine_note, markdown_table
-from simulst.cascade.apertium import ApertiumMT
-from simulst.cascade.mt_stage import MTStage
-from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeSession
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.evaluation.latency import average_lagging, length_adaptive_average_lagging, reference_length
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import SpeechModel
 from simulst.models.loading import load_model
-from simulst.session import Session
+from simulst.mt.apertium import ApertiumMT
+from simulst.mt.options import MTOptions
+from simulst.streaming.cascade import CascadeEngine
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.feed import feed_fast
+from simulst.streaming.mt_stage import MTStage
 from simulst.tts.espeak import EspeakSynthesizer
 from simulst.tts.timeline import SpeechOutput
 from simulst.types import Costs, Emission
@@ -73,11 +74,8 @@ class MtRun:
 
 
 def run_asr(model: SpeechModel, options: StreamOptions, item: Item) -> AsrRun:
-    session = Session(model, options)
-    out: list[Emission] = []
-    for pos in range(0, item.audio.shape[0], session.chunk_samples):
-        out += session.push(item.audio[pos : pos + session.chunk_samples])
-    out += session.finish()
+    session = SpeechEngine(model).open(options)
+    out = feed_fast(session, item.audio)
     return AsrRun(out, session.text, session.costs, item.source_ms)
 
 
@@ -199,10 +197,8 @@ def main() -> None:
     # Check the replay against the live pipeline (LA-2 MT): same translation, same emission times.
     live_texts = []
     for item, replayed in zip(items, per_policy["la-2"], strict=True):
-        cascade = CascadeSession(asr_model, mt, asr_options, MTOptions(policy=PolicyOptions.parse("la-2")))
-        for pos in range(0, item.audio.shape[0], cascade.chunk_samples):
-            cascade.push(item.audio[pos : pos + cascade.chunk_samples])
-        cascade.finish()
+        cascade = CascadeEngine(asr_model, mt, MTOptions(policy=PolicyOptions.parse("la-2"))).open(asr_options)
+        feed_fast(cascade, item.audio)
         live_texts.append(cascade.text.strip())
         assert cascade.text.strip() == replayed.text, (item.id, cascade.text, replayed.text)
         assert [e.source_ms for e in cascade.emissions] == [e.source_ms for e in replayed.emissions]
@@ -269,7 +265,7 @@ def write_results(rows: list[dict[str, object]], items: Sequence[Item], offline_
         "Each committed translated increment is synthesised and placed at max(end of the previous audio, its "
         "emission time) (CMU IWSLT 2023 §3.3). The wav files are written to `out/cascade/` (not committed). "
         "ASR-BLEU needs a Spanish ASR, which is not available offline (Whisper tiny.en is English-only), so it is "
-        "not reported here; `simulst.tts.asr_bleu` computes it with any target-language SpeechModel.",
+        "not reported here; `simulst.evaluation.asr_bleu` computes it with any target-language SpeechModel.",
         "",
         "| clock | file | rate | duration s | speech s | segments | RMS | peak | StartOffset s | EndOffset s |",
         "|---|---|---|---|---|---|---|---|---|---|",

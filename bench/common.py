@@ -17,7 +17,8 @@ from simulst.config import StreamOptions
 from simulst.evaluation.latency import average_lagging, length_adaptive_average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import SpeechModel
-from simulst.session import Session
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.feed import feed_fast
 from simulst.types import Costs, Emission
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -59,12 +60,8 @@ class Run:
 
 def stream(model: SpeechModel, options: StreamOptions, audio: np.ndarray) -> Run:
     """Push ``audio`` chunk by chunk (computation-unaware feeding; compute time is measured), then finish."""
-    session = Session(model, options)
-    out: list[Emission] = []
-    step = session.chunk_samples
-    for pos in range(0, audio.shape[0], step):
-        out += session.push(audio[pos : pos + step])
-    out += session.finish()
+    session = SpeechEngine(model).open(options)
+    out = feed_fast(session, audio)
     return Run(out, session.costs, session.text)
 
 

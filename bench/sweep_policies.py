@@ -35,12 +35,12 @@ from typing import Any
 
 import torch
 
-from simulst.config import SearchOptions, StreamOptions
+from simulst.config import ModelOptions, SearchOptions, StreamOptions
 from simulst.evaluation.manifest import read_manifest
 from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.runner import EvalOptions
 from simulst.evaluation.sweep import SweepPoint, build_grid, run_sweep, write_table
-from simulst.models.loading import load_model
+from simulst.streaming.engine import SpeechEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -80,9 +80,8 @@ def main() -> int:
               f"AL {scores['AL']:7.1f}  LAAL {scores['LAAL']:7.1f}  AL_CA {scores['AL_CA']:7.1f}",
               file=sys.stderr, flush=True)
 
-    factory = functools.partial(load_model, args.model)
-    rows = run_sweep(factory, points, items, out, EvalOptions(progress=False), jobs=args.jobs,
-                     model_name="whisper-tiny.en", progress=report)
+    factory = functools.partial(SpeechEngine.load, ModelOptions(args.model))
+    rows = run_sweep(factory, points, items, out, EvalOptions(progress=False), jobs=args.jobs, progress=report)
     # BLEU / chrF against lower-case, unpunctuated FLEURS transcripts say little; they stay in sweep.csv
     _, md = write_table(rows, out, quality=["WER_norm"])
     plot_sweep(rows, out, "WER_norm", title="Whisper tiny.en, jfk + fleurs-en-dev (6 utt., 51.9 s): WER vs latency")

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulst.cli_options import add_stream_arguments, stream_options_from_args
+from simulst.cli.options import add_stream_arguments, stream_options_from_args
 from simulst.config import SEARCH_NAMES, PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.evaluation.manifest import TestItem
@@ -31,10 +31,12 @@ from simulst.search import (
     RewindingBeamSearch,
     make_searcher,
 )
-from simulst.search.blockwise import Beam, ChunkSearcher, continue_offline, continued_prefix
-from simulst.session import Session
+from simulst.search.blockwise import ChunkSearcher, continued_prefix
+from simulst.search.core import Beam, BeamRule, expand
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import EOS, ScriptedDecoder, ToySpeechModel, tone
+from tests.toy import EOS, ScriptedDecoder, ToySpeechModel, stream_search, tone
 
 PIECES = ["<eos>", " a", " b", "c", " d"]  # ids 0..4
 A, B, C, D = 1, 2, 3, 4
@@ -73,7 +75,7 @@ def test_ibwbs_stops_beams_drops_two_tokens_and_picks_by_normalised_score() -> N
     # -0.714, although its raw score is lower (log .2268 < log .24). Two tokens (<eos> and " d") are removed:
     # the active beam is " a""c"; a<eos> loses <eos> and " a".
     model, costs = table(IBWBS_TABLE), Costs()
-    searcher = IncrementalBlockwiseBeamSearch(2)
+    searcher = stream_search(IncrementalBlockwiseBeamSearch(2))
     hyps = searcher.search(model, ENC, [], 10, costs, final=False)
     assert tokens(hyps) == [(A, C), ()]
     assert hyps[0].score == pytest.approx(math.log(0.36)) and not hyps[0].finished
@@ -85,7 +87,7 @@ def test_ibwbs_stops_beams_drops_two_tokens_and_picks_by_normalised_score() -> N
 
 
 def test_ibwbs_continues_its_kept_beam_in_one_parallel_pass() -> None:
-    searcher = IncrementalBlockwiseBeamSearch(2, carry_over=True)
+    searcher = stream_search(IncrementalBlockwiseBeamSearch(2, carry_over=True))
     searcher.search(table(IBWBS_TABLE), ENC, [], 10, Costs(), final=False)  # keeps " a""c"
     # Next chunk, nothing committed yet: the forced prefix is the kept beam, decoded in the start pass.
     # Step 1 from " a""c": " d" .7 (active), <eos> .3 (stops: log(.3)/1 = -1.20).
@@ -106,7 +108,7 @@ def test_forced_prefix_is_the_kept_beam_or_the_committed_output() -> None:
     assert continued_prefix((A,), (A, C)) == (A, C)  # the kept beam extends the committed output
     assert continued_prefix((A, C, D), (A, C)) == (A, C, D)  # the policy committed more than was kept
     assert continued_prefix((B,), (A, C)) == (B,)  # (cannot happen in a session) the committed output wins
-    searcher = IncrementalBlockwiseBeamSearch(2)  # carry_over=False: restart from the committed output
+    searcher = stream_search(IncrementalBlockwiseBeamSearch(2))  # carry_over=False: restart from the committed output
     searcher.search(table(IBWBS_TABLE), ENC, [], 10, Costs(), final=False)
     assert searcher.kept == (A, C)
     model = table(IBWBS_TABLE)
@@ -129,11 +131,12 @@ def test_ibwbs_repetition_detection_is_an_option() -> None:
     # With detection: " a"" a" repeats " a" -> stops, trimmed to (); " a"" b" goes on: "c" 1.0, then <eos> 1.0:
     #   " a"" b""c"<eos> (log(.28)/4 = -0.318) beats " a"" a" (log(.42)/2 = -0.434) -> " a"" b".
     # Without: " a"" a"<eos> (.42, log/3 = -0.289) beats " a"" b""c"<eos> -> " a" after the two-token removal.
-    on, off = IncrementalBlockwiseBeamSearch(2, repetition_detection=True), IncrementalBlockwiseBeamSearch(2)
+    on = stream_search(IncrementalBlockwiseBeamSearch(2, repetition_detection=True))
+    off = stream_search(IncrementalBlockwiseBeamSearch(2))
     assert tokens(on.search(table(REPETITION_TABLE), ENC, [], 10, Costs(), final=False)) == [(A, B), ()]
     assert tokens(off.search(table(REPETITION_TABLE), ENC, [], 10, Costs(), final=False)) == [(A,), (A, B)]
     # The repetition check covers the forced prefix too: " a" committed, " a" proposed again.
-    searcher = IncrementalBlockwiseBeamSearch(1, repetition_detection=True)
+    searcher = stream_search(IncrementalBlockwiseBeamSearch(1, repetition_detection=True))
     model = table({(A,): {A: 0.9, B: 0.1}})
     assert tokens(searcher.search(model, ENC, [A], 10, Costs(), final=False)) == [(A,)]
 
@@ -142,12 +145,12 @@ def test_ibwbs_only_stopped_beams_become_the_active_beam() -> None:
     # Budget 2 tokens: after step 2, " a""c" is still active and is dropped (only Stopped beams can become the
     # active beam, Alg. 2 l. 14-15): a<eos>, minus two tokens, is the answer. No decoder call after the last step.
     model, costs = table(IBWBS_TABLE), Costs()
-    hyps = IncrementalBlockwiseBeamSearch(2).search(model, ENC, [], 2, costs, final=False)
+    hyps = stream_search(IncrementalBlockwiseBeamSearch(2)).search(model, ENC, [], 2, costs, final=False)
     assert tokens(hyps) == [()]
     assert costs.decoder_calls == 2
     # No beam stops within the budget (kept " a", 1 token left: " a"" a" and " a"" b" both go on) -> no reliable
     # hypothesis: the forced prefix is returned and the kept beam stays.
-    searcher = IncrementalBlockwiseBeamSearch(2, carry_over=True)
+    searcher = stream_search(IncrementalBlockwiseBeamSearch(2, carry_over=True))
     searcher.kept = (A,)
     model, costs = table(REPETITION_TABLE), Costs()
     assert tokens(searcher.search(model, ENC, [], 2, costs, final=False)) == [(A,)]
@@ -173,7 +176,7 @@ def test_improved_ibwbs_min_score_stop() -> None:
     # No beam left after 2 decoder calls. Stopped ranked: a<eos> log(.3)/2 = -0.60, b d log(.27)/2 = -0.65.
     # Stopped beams stay whole; the policy sees " a"<eos>; then two tokens (<eos>, " a") go: the kept beam is ().
     model, costs = table(IMPROVED_TABLE), Costs()
-    searcher = ImprovedIncrementalBlockwiseBeamSearch(2)
+    searcher = stream_search(ImprovedIncrementalBlockwiseBeamSearch(2))
     hyps = searcher.search(model, ENC, [], 10, costs, final=False)
     assert tokens(hyps) == [(A,), (B, D)]
     assert hyps[0].finished and not hyps[1].finished
@@ -184,7 +187,7 @@ def test_improved_ibwbs_min_score_stop() -> None:
 
 
 def test_improved_ibwbs_seen_exception_and_per_block_min_score() -> None:
-    searcher = ImprovedIncrementalBlockwiseBeamSearch(2)
+    searcher = stream_search(ImprovedIncrementalBlockwiseBeamSearch(2))
     searcher.search(table(IMPROVED_TABLE), ENC, [], 10, Costs(), final=False)
     # Block 2, same distributions. minScore is reset (l. 5): " b" (log .3) survives step 1 although block 1
     # ended with minScore = log .3. Step 2: " a"<eos> stops (minScore = log .3); " b"" d" (log .27 <= minScore)
@@ -197,12 +200,13 @@ def test_improved_ibwbs_seen_exception_and_per_block_min_score() -> None:
     assert costs.decoder_calls == 3
     assert searcher.kept == (B,)
     # A fresh searcher (empty Seen) stops " b"" d" again and keeps block 1's answer.
-    fresh = ImprovedIncrementalBlockwiseBeamSearch(2).search(table(IMPROVED_TABLE), ENC, [], 10, Costs(), False)
+    fresh = stream_search(ImprovedIncrementalBlockwiseBeamSearch(2)).search(
+        table(IMPROVED_TABLE), ENC, [], 10, Costs(), False)
     assert tokens(fresh) == [(A,), (B, D)]
 
 
 def test_improved_ibwbs_removes_two_tokens_after_the_policy() -> None:
-    searcher = ImprovedIncrementalBlockwiseBeamSearch(2, carry_over=True)
+    searcher = stream_search(ImprovedIncrementalBlockwiseBeamSearch(2, carry_over=True))
     searcher.search(table(IMPROVED_TABLE), ENC, [], 10, Costs(), final=False)
     searcher.search(table(IMPROVED_TABLE), ENC, [], 10, Costs(), final=False)  # kept: " b"
     model = table(IMPROVED_TABLE)
@@ -233,7 +237,7 @@ def test_bwbs_stops_every_beam_and_rewinds_two_steps() -> None:
     # " a""c"" d"" a" .126: an <eos> -> every beam loses its last two tokens (IBWBS paper Alg. 1 l. 5-7): the
     # beams of step 2 are kept, both of them (re-translation), best first.
     model, costs = table(SYNC_TABLE), Costs()
-    searcher = BlockwiseBeamSearch(2)
+    searcher = stream_search(BlockwiseBeamSearch(2))
     hyps = searcher.search(model, ENC, [], 10, costs, final=False)
     assert tokens(hyps) == [(A, C), (B, C)]
     assert [math.exp(h.score) for h in hyps] == pytest.approx([0.30, 0.24])
@@ -242,7 +246,7 @@ def test_bwbs_stops_every_beam_and_rewinds_two_steps() -> None:
 
 
 def test_bwbs_recomputes_its_beams_on_the_new_encoding() -> None:
-    searcher = BlockwiseBeamSearch(2, carry_over=True)
+    searcher = stream_search(BlockwiseBeamSearch(2, carry_over=True))
     searcher.search(table(SYNC_TABLE), ENC, [], 10, Costs(), final=False)
     # Next block: the beams " a""c" / " b""c" share no prefix: one start pass (the empty common prefix), then one
     # batched step per position (" a"/" b", then "c"/"c"), which also re-scores them; then the search goes on:
@@ -258,12 +262,12 @@ def test_bwbs_recomputes_its_beams_on_the_new_encoding() -> None:
     searcher.search(model, ENC, [A], 10, Costs(), final=False)
     assert model.calls[0] == ((A, C),)
     # Without carry-over (the default) every block restarts from the committed output.
-    searcher = BlockwiseBeamSearch(2)
+    searcher = stream_search(BlockwiseBeamSearch(2))
     searcher.search(table(SYNC_TABLE), ENC, [], 10, Costs(), final=False)
     model = table(SYNC_TABLE)
     searcher.search(model, ENC, [], 10, Costs(), final=False)
     fresh = table(SYNC_TABLE)
-    BlockwiseBeamSearch(2).search(fresh, ENC, [], 10, Costs(), final=False)
+    stream_search(BlockwiseBeamSearch(2)).search(fresh, ENC, [], 10, Costs(), final=False)
     assert model.calls == fresh.calls and model.calls[0] == ((),)
 
 
@@ -280,8 +284,9 @@ def test_bwbs_repetition_detection() -> None:
     # K = 2. Step 1: " a", " b". Step 2 kept extensions: " a""c" .54, " b"" b" .32 - a repetition.
     # Detection on: rewind two steps, to the start of the block (the rewind never goes further back).
     # Detection off: step 3 " a""c"" d", " b"" b"" d"; step 4 both <eos> -> back to the step-2 beams.
-    on = BlockwiseBeamSearch(2, repetition_detection=True).search(table(REPEAT_THEN_END), ENC, [], 10, Costs(), False)
-    off = BlockwiseBeamSearch(2).search(table(REPEAT_THEN_END), ENC, [], 10, Costs(), False)
+    on = stream_search(BlockwiseBeamSearch(2, repetition_detection=True)).search(
+        table(REPEAT_THEN_END), ENC, [], 10, Costs(), False)
+    off = stream_search(BlockwiseBeamSearch(2)).search(table(REPEAT_THEN_END), ENC, [], 10, Costs(), False)
     assert tokens(on) == [()]
     assert tokens(off) == [(A, C), (B, B)]
 
@@ -289,7 +294,7 @@ def test_bwbs_repetition_detection() -> None:
 def test_bwbs_reverts_when_the_budget_runs_out() -> None:
     # Budget 2 without detection: no <eos> within 2 tokens -> the beams ran away: back to the block's start.
     model, costs = table(REPEAT_THEN_END), Costs()
-    assert tokens(BlockwiseBeamSearch(2).search(model, ENC, [], 2, costs, False)) == [()]
+    assert tokens(stream_search(BlockwiseBeamSearch(2)).search(model, ENC, [], 2, costs, False)) == [()]
     assert costs.decoder_calls == 2
 
 
@@ -298,7 +303,7 @@ def test_rewind_prunes_to_the_one_best_and_continues_it() -> None:
     # The steps of the BWBS test: at step 4 a kept candidate is <eos> -> rewind to the hypotheses before the
     # previous step (CMU Alg. 1 l. 12-14), " a""c" / " b""c", and prune to the 1-best (l. 20-21): " a""c".
     model, costs = table(SYNC_TABLE), Costs()
-    searcher = RewindingBeamSearch(2, carry_over=True)
+    searcher = stream_search(RewindingBeamSearch(2, carry_over=True))
     assert tokens(searcher.search(model, ENC, [], 10, costs, final=False)) == [(A, C)]
     assert costs.decoder_calls == 4
     assert searcher.kept == (A, C)
@@ -313,7 +318,7 @@ def test_rewind_prunes_to_the_one_best_and_continues_it() -> None:
 def test_rewind_at_the_budget_reverts_to_the_chunk_start() -> None:
     # Budget 2: the step-2 beams are reached without an end detection (l. 15-16: maximum length): runaway beams,
     # so the step reverts to the chunk's start (ESPnet's prev_incremental) - no progress, no third call.
-    searcher = RewindingBeamSearch(2, carry_over=True)
+    searcher = stream_search(RewindingBeamSearch(2, carry_over=True))
     model, costs = table(SYNC_TABLE), Costs()
     assert tokens(searcher.search(model, ENC, [], 2, costs, final=False)) == [()]
     assert costs.decoder_calls == 2
@@ -325,15 +330,16 @@ def test_rewind_repetition_detection() -> None:
     # Step 2's kept extensions: " a"" a" .42 (a repetition), " b""c" .40.
     # On: rewound to the chunk's start. Off: step 3 " a"" a"" d" / " b""c"" d", step 4 <eos> -> rewind to the
     # step-2 beams, 1-best " a"" a".
-    on = RewindingBeamSearch(2, repetition_detection=True).search(table(rows), ENC, [], 10, Costs(), False)
-    off = RewindingBeamSearch(2).search(table(rows), ENC, [], 10, Costs(), False)
+    on = stream_search(RewindingBeamSearch(2, repetition_detection=True)).search(
+        table(rows), ENC, [], 10, Costs(), False)
+    off = stream_search(RewindingBeamSearch(2)).search(table(rows), ENC, [], 10, Costs(), False)
     assert tokens(on) == [()]
     assert tokens(off) == [(A, A)]
 
 
 # ---------------------------------------------------------------------------------- shared rules
 def test_the_budget_counts_carried_tokens() -> None:
-    searcher = RewindingBeamSearch(2, carry_over=True)
+    searcher = stream_search(RewindingBeamSearch(2, carry_over=True))
     searcher.kept = (A, C)
     model, costs = table(SYNC_TABLE), Costs()
     assert tokens(searcher.search(model, ENC, [], 2, costs, final=False)) == [(A, C)]
@@ -345,9 +351,9 @@ def test_the_budget_counts_carried_tokens() -> None:
 
 def test_rejects_bad_options() -> None:
     with pytest.raises(OptionError):
-        IncrementalBlockwiseBeamSearch(0)
+        stream_search(IncrementalBlockwiseBeamSearch(0))
     with pytest.raises(OptionError):
-        RewindingBeamSearch(2, length_penalty=math.nan)
+        stream_search(RewindingBeamSearch(2, length_penalty=math.nan))
     with pytest.raises(OptionError):
         SearchOptions("ibwbs", repetition_detection="yes")  # type: ignore[arg-type]
     with pytest.raises(OptionError):
@@ -384,25 +390,25 @@ EQUIVALENCE_TABLES = [IBWBS_TABLE, REPETITION_TABLE, IMPROVED_TABLE, SYNC_TABLE]
 @pytest.mark.parametrize("rows", EQUIVALENCE_TABLES)
 def test_one_final_chunk_is_offline_beam_search(name: str, beam: int, rows: Table) -> None:
     offline_model, offline_costs = table(rows), Costs()
-    offline = BeamSearch(beam).search(offline_model, ENC, [], 10, offline_costs, final=True)
+    offline = stream_search(BeamSearch(beam)).search(offline_model, ENC, [], 10, offline_costs, final=True)
     model, costs = table(rows), Costs()
-    searcher = make_searcher(SearchOptions(name, beam=beam, repetition_detection=True))
+    searcher = stream_search(make_searcher(SearchOptions(name, beam=beam, repetition_detection=True)))
     assert searcher.search(model, ENC, [], 10, costs, final=True) == offline
     assert model.calls == offline_model.calls
     assert costs.decoder_calls == offline_costs.decoder_calls
 
 
 def test_the_final_chunk_continues_the_kept_beam() -> None:
-    searcher = IncrementalBlockwiseBeamSearch(2, carry_over=True)
+    searcher = stream_search(IncrementalBlockwiseBeamSearch(2, carry_over=True))
     searcher.search(table(IBWBS_TABLE), ENC, [], 10, Costs(), final=False)  # keeps " a""c"
     model = table(IBWBS_TABLE)
     final = searcher.search(model, ENC, [], 10, Costs(), final=True)
     assert model.calls[0] == ((A, C),)
-    assert final == BeamSearch(2).search(table(IBWBS_TABLE), ENC, [A, C], 10, Costs(), final=True)
+    assert final == stream_search(BeamSearch(2)).search(table(IBWBS_TABLE), ENC, [A, C], 10, Costs(), final=True)
 
 
 def test_bwbs_final_block_continues_all_beams() -> None:
-    searcher = BlockwiseBeamSearch(2, carry_over=True)
+    searcher = stream_search(BlockwiseBeamSearch(2, carry_over=True))
     searcher.search(table(SYNC_TABLE), ENC, [], 10, Costs(), final=False)  # beams " a""c" .3, " b""c" .24
     # Final block: re-score the beams (3 calls), then offline beam search over both (BeamSearch's rules: the
     # candidates are read best first until K open beams are filled):
@@ -431,11 +437,12 @@ def random_table(seed: int, vocab: int = 5) -> ScriptedDecoder:
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), beam=st.integers(1, 4), budget=st.integers(1, 8))
 def test_multi_beam_offline_continuation_equals_beam_search(seed: int, beam: int, budget: int) -> None:
-    # continue_offline (BWBS's final block) started from one beam is exactly BeamSearch.
-    reference = BeamSearch(beam).search(random_table(seed), ENC, [A], budget, Costs(), final=True)
+    # The core loop with the beam-search rule (BWBS's final block) started from one beam is exactly BeamSearch.
+    reference = stream_search(BeamSearch(beam)).search(random_table(seed), ENC, [A], budget, Costs(), final=True)
     model, costs = random_table(seed), Costs()
     logp, state = model.start(ENC, [A], costs)
-    result = continue_offline(model, state, [Beam((A,))], logp.unsqueeze(0), budget, costs, beam, 1.0)
+    beams = expand(model, state, [Beam((A,))], logp.unsqueeze(0), budget, costs, BeamRule(beam, 1.0))
+    result = [b.hypothesis() for b in beams]
     assert tokens(result) == tokens(reference)
     assert [h.score for h in result] == pytest.approx([h.score for h in reference])
 
@@ -471,7 +478,8 @@ def test_session_one_final_chunk_equals_offline_beam_search(name: str) -> None:
     session = Session(model, options(name, chunk_ms=10_000, beam=5))
     assert session.push(tone(3100)) == []
     [emission] = session.finish()
-    offline = BeamSearch(5).search(model, model.encode(tone(3100), Costs()), [], 40, Costs(), final=True)[0]
+    offline = stream_search(BeamSearch(5)).search(
+        model, model.encode(tone(3100), Costs()), [], 40, Costs(), final=True)[0]
     assert emission.tokens == offline.tokens
     assert emission.text == model.tokenizer.decode(offline.tokens).lstrip()
 
@@ -508,7 +516,7 @@ def test_session_invariants(name: str, policy: str, carry_over: bool) -> None:
     emissions = run(session, 4600, piece=300)
     assert emissions and emissions[-1].final
     assert "".join(e.text for e in emissions) == session.text
-    assert session.text == model.tokenizer.decode(session.state.committed).lstrip()
+    assert session.text == model.tokenizer.decode(session.state.output.committed).lstrip()
     assert "the cat sat on the mat".startswith(session.text)
     assert [e.source_ms for e in emissions] == sorted(e.source_ms for e in emissions)
     assert session.costs.encoder_calls == len(model.encodes)
@@ -525,7 +533,7 @@ def test_eval_reports_exact_decoder_and_encoder_counts() -> None:
         expected.add(session.costs)
     items = [TestItem(uid, Path(f"{uid}.wav"), "the cat sat on the mat") for uid in lengths]
     records = [
-        run_instance(CalmToySpeechModel(), opts, item, i, EvalOptions(progress=False),
+        run_instance(SpeechEngine(CalmToySpeechModel()), opts, item, i, EvalOptions(progress=False),
                      load=lambda path, _rate: tone(lengths[Path(path).stem]))
         for i, item in enumerate(items)
     ]

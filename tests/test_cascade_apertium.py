@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 
-from simulst.cascade.apertium import ApertiumMT, _deformat, _reformat, installed_pairs, pair_name
-from simulst.cascade.loading import load_mt
-from simulst.cascade.mt_stage import MTStage
-from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeSession
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import ModelLoadError
+from simulst.mt.apertium import ApertiumMT, _deformat, _reformat, installed_pairs, pair_name
+from simulst.mt.loading import load_mt
+from simulst.mt.options import MTOptions
+from simulst.streaming.cascade import CascadeSession
+from simulst.streaming.mt_stage import MTStage
 from simulst.types import Emission
 from tests.toy import ToySpeechModel, tone
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from simulst.cli import build_parser, main
+from simulst.cli.main import build_parser, main
 from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
 
 needs_tools = pytest.mark.skipif(shutil.which("apertium") is None or shutil.which("espeak-ng") is None,

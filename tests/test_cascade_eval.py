@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from simulst.cli import main
+from simulst.cli.main import main
 from simulst.evaluation.instances import read_log
 from tests.shared_assets import DATA, WHISPER_TINY_EN, needs_shared
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from simulst.cascade.backend import NeuralMT
-from simulst.cascade.hf_seq2seq import HFSeq2SeqModel, load_hf_mt
-from simulst.cascade.loading import load_mt
-from simulst.cascade.mt_stage import MTStage
-from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeSession
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import DecoderModel
-from simulst.search import make_searcher
+from simulst.mt.backend import MTRequest, NeuralMT
+from simulst.mt.hf_seq2seq import HFSeq2SeqModel, load_hf_mt
+from simulst.mt.loading import load_mt
+from simulst.mt.options import MTOptions
+from simulst.search import SearchState, make_searcher
+from simulst.streaming.cascade import CascadeSession
+from simulst.streaming.mt_stage import MTStage
 from simulst.types import Costs, Emission
 from tests.cascade_fixtures import build_tiny_m2m100, build_tiny_marian
 from tests.toy import ToySpeechModel, tone
@@ -49,7 +49,7 @@ def model_of(backend: NeuralMT) -> HFSeq2SeqModel:
 def test_adapter_is_a_decoder_model(backend: NeuralMT) -> None:
     model = model_of(backend)
     assert isinstance(model, DecoderModel)
-    assert model.prompt == [model.net.config.decoder_start_token_id]
+    assert model.decoder_prompt == [model.net.config.decoder_start_token_id]
     tok = model.tokenizer
     pieces = model._hf.convert_ids_to_tokens(list(range(model.vocab_size)))
     for token, piece in enumerate(pieces):
@@ -74,7 +74,7 @@ def test_search_equals_generate(backend: NeuralMT, beams: int) -> None:
                                        bad_words_ids=[[pad]], length_penalty=1.0)
         expected = [t for t in generated[0].tolist()[1:] if t not in (pad, model.eos_id)]
         costs = Costs()
-        hyps = backend.translate(source, (), make_searcher(search), options, costs, final=True)
+        hyps = backend.translate(MTRequest(source, (), True, options, make_searcher(search), SearchState()), costs)
         assert list(hyps[0].tokens) == expected
         assert costs.encoder_calls == 1 and costs.decoder_calls >= 1
 
@@ -135,8 +135,8 @@ def test_word_by_word_never_retracts(backend: NeuralMT, policy: str) -> None:
     final = stage.finish("", 500.0 * len(words), 600.0 * len(words))
     shown += "".join(e.text for e in final)
     assert shown == stage.text
-    assert stage.state.committed == [t for e in stage.emissions for t in e.tokens]
-    assert stage.text.lstrip() == stage.tokenizer.decode(stage.state.committed).lstrip()
+    assert stage.state.output.committed == [t for e in stage.emissions for t in e.tokens]
+    assert stage.text.lstrip() == stage.tokenizer.decode(stage.state.output.committed).lstrip()
     assert stage.state.steps == len(words)
     assert stage.costs.decoder_calls > 0 and stage.costs.encoder_calls == len(words) + 1
 
@@ -177,15 +177,15 @@ def test_m2m100_target_language_selection(marian_dir: Path, tmp_path: Path) -> N
     backend = load_hf_mt(str(directory), "en", "es")
     model = model_of(backend)
     es = model._hf.get_lang_id("es")
-    assert model.prompt == [model.eos_id, es]  # decoder start </s>, then the forced target-language token
+    assert model.decoder_prompt == [model.eos_id, es]  # decoder start </s>, then the forced target-language token
     assert model._hf("Return the list")["input_ids"][0] == model._hf.get_lang_id("en")
     assert es in model._suppress.tolist()  # language tokens are never generated
     search = SearchOptions("beam", beam=3, max_new_tokens=8)
     batch = model._hf(SOURCES[0], return_tensors="pt")
-    generated = model.net.generate(**batch, decoder_input_ids=torch.tensor([model.prompt]), num_beams=3,
+    generated = model.net.generate(**batch, decoder_input_ids=torch.tensor([model.decoder_prompt]), num_beams=3,
                                    max_new_tokens=8, suppress_tokens=model._suppress.tolist(), length_penalty=1.0)
     expected = [t for t in generated[0].tolist()[2:] if t != model.eos_id]
-    hyps = backend.translate(SOURCES[0], (), make_searcher(search), MTOptions(search=search), Costs(), True)
+    hyps = backend.translate(MTRequest(SOURCES[0], options=MTOptions(search=search)), Costs())
     assert list(hyps[0].tokens) == expected
     stage = MTStage(backend, MTOptions(search=search))
     stage.finish(SOURCES[0], 1000.0, 1000.0)

@@ -9,16 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulst.cascade.apertium import WordTokenizer, align_prefix
-from simulst.cascade.backend import MTBackend
-from simulst.cascade.mt_stage import MTStage, wait_k_words
-from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeSession
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import OptionError, SimulstError
-from simulst.search import Searcher
+from simulst.mt.apertium import WordTokenizer, align_prefix
+from simulst.mt.backend import MTBackend, MTRequest
+from simulst.mt.options import MTOptions
+from simulst.streaming.cascade import CascadeSession
+from simulst.streaming.mt_stage import MTStage
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import ToySpeechModel, ToyTokenizer, tone
+from tests.toy import ToySpeechModel, tone
 
 # A "translation" table by source prefix: what the scripted MT outputs for the source read so far. It revises
 # its translation of the last source word ("gato" -> "gata" once it hears "sat") - as MT of prefixes does.
@@ -47,9 +46,10 @@ class ScriptedMT(MTBackend):
         return self._tokenizer
 
     def translate(
-        self, source: str, prefix: Sequence[int], searcher: Searcher, options: MTOptions, costs: Costs, final: bool
+        self, request: MTRequest, costs: Costs
     ) -> list[Hypothesis]:
-        self.calls.append((source, tuple(prefix), final))
+        source, prefix = request.source, request.prefix
+        self.calls.append((source, tuple(prefix), request.final))
         words = self.table.get(source, source.upper()).split()
         committed = [self._tokenizer.word(t) for t in prefix]
         cut = align_prefix(committed, words)
@@ -160,11 +160,12 @@ def test_errors() -> None:
 def test_never_retracts(words: list[str], cuts: list[int], policy: str, revise: bool) -> None:
     # A backend that rewrites its translation as the source grows (reverses the words of odd-length prefixes).
     class Flaky(ScriptedMT):
-        def translate(self, source, prefix, searcher, options, costs, final):  # type: ignore[no-untyped-def]
+        def translate(self, request: MTRequest, costs: Costs) -> list[Hypothesis]:
+            source = request.source
             table_words = source.split()
             out = list(reversed(table_words)) if revise and len(table_words) % 2 else table_words
             self.table = {source: " ".join(w.upper() for w in out)}
-            return super().translate(source, prefix, searcher, options, costs, final)
+            return super().translate(request, costs)
 
     increments: list[str] = []
     pos = 0
@@ -187,15 +188,6 @@ def test_never_retracts(words: list[str], cuts: list[int], policy: str, revise: 
     assert len(stage.text.split()) >= 1
     tokens = [t for e in stage.emissions for t in e.tokens]
     assert stage.tokenizer.decode(tokens).strip() == stage.text.strip()
-
-
-def test_wait_k_words_on_subwords() -> None:
-    tok = ToyTokenizer(["<eos>", " a", "b", " c", " d"])
-    best = Hypothesis((1, 2, 3, 4), 0.0)  # words: "ab", "c", "d"
-    assert wait_k_words(best, 1, 2, tok) == ()
-    assert wait_k_words(best, 2, 2, tok) == (1, 2)
-    assert wait_k_words(best, 3, 2, tok) == (1, 2, 3)
-    assert wait_k_words(best, 9, 2, tok) == (1, 2, 3, 4)
 
 
 def test_align_prefix() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from simulst.cli import main
+from simulst.cli.main import main
 from tests.shared_assets import DATA, JFK, WHISPER_TINY_EN, needs_shared
 
 MODEL = ["--model", str(WHISPER_TINY_EN)]

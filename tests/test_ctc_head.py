@@ -13,7 +13,10 @@ import pytest
 import torch
 
 from simulst.ctc.data import Voice, augment, engines, random_voice, synthesize
-from simulst.ctc.head import (
+from simulst.ctc.text import speakable
+from simulst.ctc.train import pack_windows
+from simulst.errors import ModelLoadError
+from simulst.models.ctc_head import (
     CtcHead,
     EncoderSignature,
     HeadConfig,
@@ -22,9 +25,8 @@ from simulst.ctc.head import (
     read_config,
     shipped_heads,
 )
-from simulst.ctc.text import CharVocabulary, normalize, number_words, speakable, word_errors
-from simulst.ctc.train import pack_windows
-from simulst.errors import ModelLoadError
+from simulst.models.ctc_vocabulary import CharVocabulary, normalize, number_words
+from simulst.sequences import edit_distance
 
 
 def test_normalize() -> None:
@@ -56,8 +58,8 @@ def test_char_vocabulary() -> None:
 
 
 def test_word_errors_and_speakable() -> None:
-    assert word_errors("a b c".split(), "a x c d".split()) == 2
-    assert word_errors("abc", "abc") == 0
+    assert edit_distance("a b c".split(), "a x c d".split()) == 2
+    assert edit_distance("abc", "abc") == 0
     words = {"the", "cat", "sat", "on", "mat"}
     assert speakable("The cat sat on the mat.", words) == "the cat sat on the mat"
     assert speakable("The cat sat on x_mat.", words) is None  # code-like

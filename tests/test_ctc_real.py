@@ -10,11 +10,11 @@ import pytest
 
 from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
-from simulst.ctc.head import SAMPLES_PER_FRAME, default_head_for, load_head
 from simulst.ctc.train import evaluate_head
 from simulst.errors import ModelLoadError
+from simulst.models.ctc_head import SAMPLES_PER_FRAME, default_head_for, load_head
 from simulst.models.loading import load_model
-from simulst.session import Session
+from simulst.streaming.session import Session
 from simulst.types import Costs
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -102,7 +102,7 @@ def test_the_ctc_policy_streams_jfk(model) -> None:  # type: ignore[no-untyped-d
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_train_ctc_tiny_run(tmp_path: Path) -> None:
-    from simulst.ctc.commands import main
+    from simulst.cli.ctc import main
 
     out = tmp_path / "head.safetensors"
     code = main(["--model", str(MODEL), "--synthesize", "3", "--work-dir", str(tmp_path / "work"), "--out", str(out),

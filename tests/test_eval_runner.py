@@ -13,15 +13,16 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from simulst.cli import evaluation as commands
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import OptionError, SimulstError
-from simulst.evaluation import commands
 from simulst.evaluation.instances import read_log
 from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
 from simulst.evaluation.runner import EvalOptions, emission_units, run_eval
 from simulst.evaluation.scoring import ScoreOptions, score_log
+from simulst.streaming.engine import SpeechEngine
 from simulst.types import Emission
-from tests.toy import ToySpeechModel, tone
+from tests.toy import ToySpeechModel, tone, toy_engine
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 WHISPER = SHARED / "models" / "whisper-tiny.en"
@@ -92,7 +93,8 @@ ITEMS = [
 
 
 def test_run_eval_writes_a_simuleval_folder(tmp_path: Path) -> None:
-    report = run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    report = run_eval(
+        SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
     for name in ("instances.log", "scores.tsv", "scores.json", "metrics.tsv", "config.json", "config.yaml"):
         assert (tmp_path / name).is_file(), name
     assert (tmp_path / "config.yaml").read_text() == "source_type: speech\ntarget_type: text\n"
@@ -118,52 +120,53 @@ def test_run_eval_writes_a_simuleval_folder(tmp_path: Path) -> None:
 
 
 def test_resume_skips_logged_instances_and_drops_a_truncated_line(tmp_path: Path) -> None:
-    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
     log = tmp_path / "instances.log"
     first, second = log.read_text().splitlines()
     log.write_text(first + "\n" + second[: len(second) // 2])  # killed while writing instance 1
     calls: list[str] = []
-    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
     assert calls == ["u1"]
     assert [r.index for r in read_log(tmp_path)] == [0, 1]
     calls.clear()
-    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
     assert calls == []  # all done
 
 
 def test_resume_refuses_other_settings_and_overwrite_restarts(tmp_path: Path) -> None:
-    run_eval(ToySpeechModel(), _la2(), ITEMS[:1], tmp_path, EvalOptions(progress=False), load=_loader())
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS[:1], tmp_path, EvalOptions(progress=False), load=_loader())
     with pytest.raises(OptionError, match="stream"):
-        run_eval(ToySpeechModel(), _la2(500), ITEMS[:1], tmp_path, EvalOptions(progress=False), load=_loader())
+        run_eval(
+            SpeechEngine(ToySpeechModel()), _la2(500), ITEMS[:1], tmp_path, EvalOptions(progress=False), load=_loader())
     calls: list[str] = []
-    run_eval(ToySpeechModel(), _la2(500), ITEMS[:1], tmp_path, EvalOptions(progress=False, resume=False),
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(500), ITEMS[:1], tmp_path, EvalOptions(progress=False, resume=False),
              load=_loader(calls))
     assert calls == ["u0"] and len(read_log(tmp_path)) == 1
 
 
 def test_resume_accepts_options_added_since_with_their_defaults(tmp_path: Path) -> None:
-    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
     log = tmp_path / "instances.log"
     log.write_text(log.read_text().splitlines()[0] + "\n")
     config = json.loads((tmp_path / "config.json").read_text())
     del config["run"]["stream"]["search"]["max_tokens_per_s"]  # as written before that option existed
     (tmp_path / "config.json").write_text(json.dumps(config))
     calls: list[str] = []
-    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader(calls))
     assert calls == ["u1"]
 
 
 def test_resume_after_the_audio_moved(tmp_path: Path) -> None:
-    run_eval(ToySpeechModel(), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), ITEMS, tmp_path, EvalOptions(progress=False), load=_loader())
     moved = [TestItem(it.id, Path("/elsewhere") / it.audio.name, it.reference) for it in ITEMS]
     calls: list[str] = []
-    run_eval(ToySpeechModel(), _la2(), moved, tmp_path, EvalOptions(progress=False), load=_loader(calls))
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), moved, tmp_path, EvalOptions(progress=False), load=_loader(calls))
     assert calls == []
 
 
 def test_computation_unaware_mode_and_empty_outputs(tmp_path: Path) -> None:
     items = [*ITEMS, TestItem("silent", Path("silent.wav"), "nothing here")]
-    report = run_eval(ToySpeechModel(), _la2(), items, tmp_path,
+    report = run_eval(SpeechEngine(ToySpeechModel()), _la2(), items, tmp_path,
                       EvalOptions(progress=False, computation_aware=False), load=_loader())
     records = read_log(tmp_path)
     assert all(r.elapsed == [] for r in records)
@@ -177,7 +180,8 @@ def test_computation_unaware_mode_and_empty_outputs(tmp_path: Path) -> None:
 
 
 def test_char_unit_run(tmp_path: Path) -> None:
-    run_eval(ToySpeechModel(), _la2(), ITEMS[:1], tmp_path, EvalOptions(progress=False, latency_unit="char"),
+    run_eval(
+        SpeechEngine(ToySpeechModel()), _la2(), ITEMS[:1], tmp_path, EvalOptions(progress=False, latency_unit="char"),
              load=_loader())
     [rec] = read_log(tmp_path)
     assert rec.prediction == "thecatsatonthemat" and len(rec.delays) == len(rec.prediction)
@@ -250,9 +254,7 @@ def _write_wavs(tmp_path: Path) -> Path:
 
 def test_eval_and_score_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    import simulst.cli_options
-
-    monkeypatch.setattr(simulst.cli_options, "model_from_args", lambda args, task="transcribe": ToySpeechModel())
+    monkeypatch.setattr(SpeechEngine, "load", classmethod(lambda cls, options: toy_engine()))
     manifest = _write_wavs(tmp_path)
     out = tmp_path / "run"
     args = _parser().parse_args(["eval", str(manifest), "--output", str(out), "--policy", "la-2", "--json",

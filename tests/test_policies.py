@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 from simulst.config import PolicyOptions
 from simulst.errors import OptionError
-from simulst.policies import HoldN, LocalAgreement, Offline, SharedPrefix, WaitK, longest_common_prefix, make_policy
+from simulst.policies import HoldN, LocalAgreement, Offline, SharedPrefix, WaitK, WaitKWords, make_policy
+from simulst.sequences import longest_common_prefix
 from simulst.types import Hypothesis
+from tests.toy import StreamPolicy, ToyTokenizer, stream_policy
 
 
 def hyps(*beams: tuple[int, ...]) -> list[Hypothesis]:
@@ -24,19 +26,19 @@ def test_lcp() -> None:
 
 
 def test_hold_n_drops_last_n_tokens() -> None:
-    policy = HoldN(2)
+    policy = stream_policy(HoldN(2))
     assert policy.stable_prefix(hyps((5, 6, 7, 8))) == (5, 6)
     assert policy.stable_prefix(hyps((5, 6))) == ()  # n or fewer tokens: nothing
     assert policy.stable_prefix(hyps((5,))) == ()
-    assert HoldN(0).stable_prefix(hyps((5, 6))) == (5, 6)
+    assert stream_policy(HoldN(0)).stable_prefix(hyps((5, 6))) == (5, 6)
 
 
 def test_local_agreement_waits_n_minus_1_chunks_then_agrees() -> None:
-    la2 = LocalAgreement(2)
+    la2 = stream_policy(LocalAgreement(2))
     assert la2.stable_prefix(hyps((1, 2, 3))) == ()  # chunk 1 < n
     assert la2.stable_prefix(hyps((1, 2, 4, 5))) == (1, 2)  # LCP of chunks 1, 2
     assert la2.stable_prefix(hyps((1, 2, 4, 6))) == (1, 2, 4)  # LCP of chunks 2, 3 only
-    la3 = LocalAgreement(3)
+    la3 = stream_policy(LocalAgreement(3))
     assert la3.stable_prefix(hyps((1, 2))) == ()
     assert la3.stable_prefix(hyps((1, 2, 3))) == ()
     assert la3.stable_prefix(hyps((1, 9))) == (1,)
@@ -45,21 +47,21 @@ def test_local_agreement_waits_n_minus_1_chunks_then_agrees() -> None:
 
 
 def test_local_agreement_uses_only_the_best_hypothesis() -> None:
-    la1 = LocalAgreement(1)
+    la1 = stream_policy(LocalAgreement(1))
     assert la1.stable_prefix(hyps((1, 2), (7, 8))) == (1, 2)
 
 
 def test_shared_prefix_uses_all_beams_of_n_chunks() -> None:
-    sp1 = SharedPrefix(1)
+    sp1 = stream_policy(SharedPrefix(1))
     assert sp1.stable_prefix(hyps((1, 2, 3), (1, 2, 4), (1, 5))) == (1,)
-    sp2 = SharedPrefix(2)
+    sp2 = stream_policy(SharedPrefix(2))
     assert sp2.stable_prefix(hyps((1, 2, 3), (1, 2, 4))) == ()
     assert sp2.stable_prefix(hyps((1, 2, 3, 4), (1, 2, 3, 5))) == (1, 2)  # (1,2,4) of chunk 1 limits it
     assert sp2.stable_prefix(hyps((1, 2, 3, 4, 5), (1, 2, 3, 4, 6))) == (1, 2, 3)
 
 
 def test_wait_k_schedule() -> None:
-    policy = WaitK(2, tokens_per_chunk=2)
+    policy = stream_policy(WaitK(2, tokens_per_chunk=2))
     best = (1, 2, 3, 4, 5, 6, 7)
     assert policy.stable_prefix(hyps(best)) == ()  # chunk 1 < k
     assert policy.stable_prefix(hyps(best)) == (1, 2)  # chunk 2: (2-2+1)*2
@@ -68,7 +70,7 @@ def test_wait_k_schedule() -> None:
 
 
 def test_offline_commits_nothing() -> None:
-    assert Offline().stable_prefix(hyps((1, 2, 3))) == ()
+    assert stream_policy(Offline()).stable_prefix(hyps((1, 2, 3))) == ()
 
 
 def test_factory_and_parsing() -> None:
@@ -83,9 +85,9 @@ def test_factory_and_parsing() -> None:
         with pytest.raises(OptionError):
             PolicyOptions.parse(bad)
     with pytest.raises(OptionError):
-        HoldN(-1)
+        stream_policy(HoldN(-1))
     with pytest.raises(OptionError):
-        LocalAgreement(0)
+        stream_policy(LocalAgreement(0))
 
 
 token_lists = st.lists(st.integers(1, 4), max_size=8).map(tuple)
@@ -93,9 +95,22 @@ token_lists = st.lists(st.integers(1, 4), max_size=8).map(tuple)
 
 @given(st.lists(st.lists(token_lists, min_size=1, max_size=3), min_size=1, max_size=6), st.integers(1, 3))
 def test_la_and_sp_return_a_prefix_of_the_best_hypothesis(chunks: list[list[tuple[int, ...]]], n: int) -> None:
-    la, sp = LocalAgreement(n), SharedPrefix(n)
+    la, sp = stream_policy(LocalAgreement(n)), stream_policy(SharedPrefix(n))
     for beams in chunks:
         best = beams[0]
         for policy in (la, sp):
             stable = policy.stable_prefix(hyps(*beams))
             assert best[: len(stable)] == stable
+
+
+def test_wait_k_words_on_subwords() -> None:
+    # wait-k over source words (a cascade's MT stage): target word i once k + i - 1 source words are committed.
+    tok = ToyTokenizer(["<eos>", " a", "b", " c", " d"])
+    best = hyps((1, 2, 3, 4))  # " ab", " c", " d": three words
+    def prefix(source_words: int) -> tuple[int, ...]:
+        return StreamPolicy(WaitKWords(2), tok, source_words).stable_prefix(best)
+    assert prefix(1) == ()
+    assert prefix(2) == (1, 2)  # one word, its subword included
+    assert prefix(3) == (1, 2, 3)
+    assert prefix(9) == (1, 2, 3, 4)
+    assert isinstance(make_policy(PolicyOptions.parse("wait-2"), None), WaitKWords)

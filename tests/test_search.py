@@ -9,9 +9,9 @@ import torch
 
 from simulst.errors import OptionError
 from simulst.models.base import Encoded
-from simulst.search import BeamSearch, GreedySearch
+from simulst.search import BeamSearch
 from simulst.types import Costs, Hypothesis
-from tests.toy import ScriptedDecoder
+from tests.toy import ScriptedDecoder, stream_search
 
 PIECES = ["<eos>", " a", " b", "c"]
 ENC = Encoded(frames=torch.zeros(1, 1, 1), audio_samples=1000)
@@ -26,7 +26,7 @@ GREEDY_TABLE = {(): {1: 0.6, 2: 0.4}, (1,): {3: 0.7, 0: 0.3}, (1, 3): {0: 1.0}}
 
 def test_greedy_takes_argmax_until_eos() -> None:
     model, costs = table(GREEDY_TABLE), Costs()
-    [hyp] = GreedySearch().search(model, ENC, [], 10, costs, final=True)
+    [hyp] = stream_search(BeamSearch(1)).search(model, ENC, [], 10, costs, final=True)
     assert hyp.tokens == (1, 3) and hyp.finished
     assert hyp.score == pytest.approx(math.log(0.6) + math.log(0.7), abs=1e-9)
     assert costs.decoder_calls == 3  # start, step after " a", step after "c"
@@ -34,7 +34,7 @@ def test_greedy_takes_argmax_until_eos() -> None:
 
 def test_greedy_forces_the_prefix_in_one_call() -> None:
     model, costs = table(GREEDY_TABLE), Costs()
-    [hyp] = GreedySearch().search(model, ENC, [1], 10, costs, final=False)
+    [hyp] = stream_search(BeamSearch(1)).search(model, ENC, [1], 10, costs, final=False)
     assert hyp.tokens == (1, 3) and hyp.finished
     assert hyp.score == pytest.approx(math.log(0.7), abs=1e-9)  # the forced token is not scored
     assert costs.decoder_calls == 2
@@ -44,10 +44,10 @@ def test_greedy_forces_the_prefix_in_one_call() -> None:
 
 def test_greedy_stops_at_max_new_tokens_without_an_extra_step() -> None:
     model, costs = table({(): {1: 1.0}, (1,): {1: 1.0}, (1, 1): {1: 1.0}}), Costs()
-    [hyp] = GreedySearch().search(model, ENC, [], 2, costs, final=False)
+    [hyp] = stream_search(BeamSearch(1)).search(model, ENC, [], 2, costs, final=False)
     assert hyp.tokens == (1, 1) and not hyp.finished
     assert costs.decoder_calls == 2
-    [empty] = GreedySearch().search(model, ENC, [2], 0, Costs(), final=False)
+    [empty] = stream_search(BeamSearch(1)).search(model, ENC, [2], 0, Costs(), final=False)
     assert empty == Hypothesis((2,), 0.0, False)
 
 
@@ -67,7 +67,7 @@ def test_beam_search_hand_worked() -> None:
     # Length-normalised (tokens + <eos>): " a": log(.45)/2 = -0.399, " b""c": log(.36)/3 = -0.341,
     # " a""c": log(.05)/3 = -0.999, so " b""c" beats the more probable but shorter " a".
     model, costs = table(BEAM_TABLE), Costs()
-    result = BeamSearch(2).search(model, ENC, [], 10, costs, final=True)
+    result = stream_search(BeamSearch(2)).search(model, ENC, [], 10, costs, final=True)
     assert [h.tokens for h in result] == [(2, 3), (1,)]
     assert result[0].score == pytest.approx(math.log(0.36), abs=1e-9)
     assert result[1].score == pytest.approx(math.log(0.45), abs=1e-9)
@@ -77,27 +77,28 @@ def test_beam_search_hand_worked() -> None:
 
 
 def test_beam_search_without_length_normalisation_prefers_short() -> None:
-    result = BeamSearch(2, length_penalty=0.0).search(table(BEAM_TABLE), ENC, [], 10, Costs(), final=True)
+    result = stream_search(BeamSearch(2, length_penalty=0.0)).search(
+        table(BEAM_TABLE), ENC, [], 10, Costs(), final=True)
     assert result[0].tokens == (1,)
 
 
 def test_beam_one_equals_greedy() -> None:
     for rows in (GREEDY_TABLE, BEAM_TABLE):
-        greedy = GreedySearch().search(table(rows), ENC, [], 10, Costs(), final=True)
-        beam = BeamSearch(1).search(table(rows), ENC, [], 10, Costs(), final=True)
+        greedy = stream_search(BeamSearch(1)).search(table(rows), ENC, [], 10, Costs(), final=True)
+        beam = stream_search(BeamSearch(1)).search(table(rows), ENC, [], 10, Costs(), final=True)
         assert beam[0].tokens == greedy[0].tokens
 
 
 def test_beam_search_keeps_forced_prefix_and_open_beams_at_max_length() -> None:
     model = table({(2,): {1: 0.6, 3: 0.4}, (2, 1): {1: 1.0}, (2, 3): {1: 1.0}})
-    result = BeamSearch(2).search(model, ENC, [2], 1, Costs(), final=False)
+    result = stream_search(BeamSearch(2)).search(model, ENC, [2], 1, Costs(), final=False)
     assert [h.tokens for h in result] == [(2, 1), (2, 3)]
     assert not any(h.finished for h in result)
 
 
 def test_beam_rejects_bad_size() -> None:
     with pytest.raises(OptionError):
-        BeamSearch(0)
+        stream_search(BeamSearch(0))
 
 
 def test_normalized_score() -> None:

@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import AudioError, InputTooLongError, OptionError
-from simulst.search import BeamSearch, GreedySearch
-from simulst.session import Session, whole_words
+from simulst.search import BeamSearch
+from simulst.streaming.commit import whole_words
+from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import ToySpeechModel, ToyTokenizer, tone
+from tests.toy import ToySpeechModel, ToyTokenizer, stream_search, tone
 
 
 def run(session: Session, audio: np.ndarray, piece: int) -> list[Emission]:
@@ -73,7 +74,7 @@ def test_one_final_chunk_equals_offline_decoding(search: str) -> None:
     session = Session(model, options("la-2", chunk_ms=10_000, search=search))
     assert session.push(audio) == []
     [emission] = session.finish()
-    searcher = GreedySearch() if search == "greedy" else BeamSearch(5)
+    searcher = stream_search(BeamSearch(1) if search == "greedy" else BeamSearch(5))
     offline = searcher.search(model, model.encode(audio, Costs()), [], 40, Costs(), final=True)[0]
     assert emission.tokens == offline.tokens
     assert emission.text == model.tokenizer.decode(offline.tokens).lstrip()

@@ -21,6 +21,7 @@ from simulst.evaluation.instances import read_log
 from simulst.evaluation.manifest import read_simuleval_lists
 from simulst.evaluation.runner import EvalOptions, run_eval
 from simulst.evaluation.scoring import score_log
+from simulst.streaming.engine import SpeechEngine
 from tests.toy import ToySpeechModel, tone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +39,13 @@ def _la2() -> StreamOptions:
 
 
 def _agent_class() -> Any:
-    from simulst.evaluation.simuleval_agent import SimulstAgent
+    from simulst.cli.simuleval_agent import SimulstAgent
 
     return SimulstAgent
 
 
 if importlib.util.find_spec("simuleval") is not None:
-    from simulst.evaluation.simuleval_agent import SimulstAgent
+    from simulst.cli.simuleval_agent import SimulstAgent
 
     class ToyAgent(SimulstAgent):
         """The agent on the toy model (1000 samples/s; hears a word every 700 ms), LA-2 at 1 s chunks."""
@@ -103,7 +104,7 @@ def test_add_args_accepts_simulst_options() -> None:
     parser.add_argument("--device", default="cpu")  # SimulEval's own option; ours resolves the clash
     _agent_class().add_args(parser)
     args = parser.parse_args(["--policy", "hold-3", "--chunk-ms", "500", "--task", "transcribe"])
-    from simulst.cli_options import stream_options_from_args
+    from simulst.cli.options import stream_options_from_args
 
     assert str(stream_options_from_args(args).policy) == "hold-3"
 
@@ -126,7 +127,7 @@ def test_simuleval_cli_with_the_toy_agent_equals_simulst_eval(tmp_path: Path) ->
     tgt.write_text("the cat sat on the mat\nthe cat sat on\n")
     _simuleval("tests.test_simuleval_agent.ToyAgent", src, tgt, tmp_path / "simuleval", 1000)
     ours = tmp_path / "simulst"
-    run_eval(ToySpeechModel(), _la2(), read_simuleval_lists(src, tgt), ours, EvalOptions(progress=False))
+    run_eval(SpeechEngine(ToySpeechModel()), _la2(), read_simuleval_lists(src, tgt), ours, EvalOptions(progress=False))
     theirs = read_log(tmp_path / "simuleval")
     mine = read_log(ours)
     assert [(r.prediction, r.delays, r.source_length, r.reference) for r in theirs] == [
@@ -149,11 +150,12 @@ def test_simuleval_cli_with_whisper_equals_simulst_eval(tmp_path: Path) -> None:
     tgt.write_text("And so my fellow Americans, ask not what your country can do for you, ask what you can do for "
                    "your country.\n")
     opts = ["--model", str(WHISPER), "--policy", "la-2", "--chunk-ms", "1000"]
-    _simuleval("simulst.evaluation.simuleval_agent.SimulstAgent", src, tgt, tmp_path / "simuleval", 1000, *opts)
+    _simuleval("simulst.cli.simuleval_agent.SimulstAgent", src, tgt, tmp_path / "simuleval", 1000, *opts)
     from simulst.models.loading import load_model
 
     ours = tmp_path / "simulst"
-    run_eval(load_model(str(WHISPER)), _la2(), read_simuleval_lists(src, tgt), ours, EvalOptions(progress=False))
+    run_eval(SpeechEngine(load_model(str(WHISPER))), _la2(), read_simuleval_lists(src, tgt), ours,
+             EvalOptions(progress=False))
     [theirs], [mine] = read_log(tmp_path / "simuleval"), read_log(ours)
     assert theirs.prediction == mine.prediction
     assert theirs.delays == mine.delays and theirs.source_length == mine.source_length

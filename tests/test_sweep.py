@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from simulst.cli import evaluation as commands
 from simulst.config import StreamOptions
 from simulst.errors import OptionError
-from simulst.evaluation import commands
 from simulst.evaluation.manifest import read_manifest
 from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.runner import EvalOptions
@@ -25,7 +25,9 @@ from simulst.evaluation.sweep import (
     run_sweep,
     write_table,
 )
-from tests.toy import ToySpeechModel, tone
+from simulst.streaming.engine import SpeechEngine
+from tests.shared_assets import DATA, WHISPER_TINY_EN, needs_shared
+from tests.toy import tone, toy_engine
 
 
 def test_grid_policies_chunks_and_offline_once() -> None:
@@ -76,7 +78,7 @@ def test_run_sweep_table_and_plots(tmp_path: Path) -> None:
     items = read_manifest(_items(tmp_path))
     points = build_grid(StreamOptions(), ["la-2", "hold-1", "offline"], [1000, 2000])
     seen: list[str] = []
-    rows = run_sweep(ToySpeechModel, points, items, tmp_path / "sweep", EvalOptions(progress=False),
+    rows = run_sweep(toy_engine, points, items, tmp_path / "sweep", EvalOptions(progress=False),
                      progress=lambda p, s: seen.append(p.label))
     assert seen == [p.label for p in points] and len(rows) == 5
     offline = rows[-1]
@@ -100,7 +102,7 @@ def test_run_sweep_table_and_plots(tmp_path: Path) -> None:
                                              "sweep.png"]
     assert all(p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
     # resumable: a second run loads nothing new and gives the same numbers
-    again = run_sweep(ToySpeechModel, points, items, tmp_path / "sweep", EvalOptions(progress=False))
+    again = run_sweep(toy_engine, points, items, tmp_path / "sweep", EvalOptions(progress=False))
     assert [r["AL"] for r in again] == [r["AL"] for r in rows]
 
 
@@ -108,18 +110,16 @@ def test_parallel_jobs_give_the_same_table(tmp_path: Path) -> None:
     items = read_manifest(_items(tmp_path))
     points = build_grid(StreamOptions(), ["la-2", "hold-1"], [1000])
     options = EvalOptions(progress=False, computation_aware=False)
-    serial = run_sweep(ToySpeechModel, points, items, tmp_path / "a", options)
-    parallel = run_sweep(ToySpeechModel, points, items, tmp_path / "b", options, jobs=2, mp_context="fork")
+    serial = run_sweep(toy_engine, points, items, tmp_path / "a", options)
+    parallel = run_sweep(toy_engine, points, items, tmp_path / "b", options, jobs=2, mp_context="fork")
     keys = ("label", "AL", "LAAL", "WER_norm", "BLEU", "DecoderCallsPerWord")
     assert [{k: r[k] for k in keys} for r in parallel] == [{k: r[k] for k in keys} for r in serial]
     with pytest.raises(OptionError):
-        run_sweep(ToySpeechModel, points, items, tmp_path / "c", options, jobs=0)
+        run_sweep(toy_engine, points, items, tmp_path / "c", options, jobs=0)
 
 
 def test_sweep_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import simulst.cli_options
-
-    monkeypatch.setattr(simulst.cli_options, "model_from_args", lambda args, task="transcribe": ToySpeechModel())
+    monkeypatch.setattr(SpeechEngine, "load", classmethod(lambda cls, options: toy_engine()))
     manifest = _items(tmp_path)
     parser = argparse.ArgumentParser(prog="simulst")
     commands.register(parser.add_subparsers(dest="command", required=True))
@@ -133,3 +133,30 @@ def test_sweep_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     config = json.loads((out / "runs" / "la-2_2000ms" / "config.json").read_text())
     assert config["run"]["stream"]["chunk_ms"] == 2000.0 and config["info"]["sweep_label"] == "la-2 2000ms"
     assert np.isfinite(read_table(out / "sweep.csv")[0]["WER_norm"])
+
+
+@pytest.mark.real
+@needs_shared
+def test_parallel_sweep_workers_load_the_model_the_options_name(tmp_path: Path) -> None:
+    # Each worker process loads the model from the ModelOptions built once by the command; the run's config.json
+    # records the options the worker's model was loaded with (a worker that dropped --precision or --window-pad-ms,
+    # as an earlier version did, fails here).
+    out = tmp_path / "sw"
+    args = _cli_parser().parse_args([
+        "sweep", str(DATA / "jfk.tsv"), "--output", str(out), "--model", str(WHISPER_TINY_EN), "--policies", "la-2",
+        "--chunks", "1000", "2000", "--window", "audio", "--window-pad-ms", "1000", "--precision", "int8",
+        "--jobs", "2", "--no-progress-bar",
+    ])
+    assert args.func(args) == 0
+    for label in ("la-2_1000ms", "la-2_2000ms"):
+        model = json.loads((out / "runs" / label / "config.json").read_text())["run"]["model"]
+        assert (model["window"], model["window_pad_ms"], model["precision"]) == ("audio", 1000.0, "int8")
+        assert model["name"] == str(WHISPER_TINY_EN)
+    rows = read_table(out / "sweep.csv")
+    assert all(row["WER_norm"] < 30 for row in rows)
+
+
+def _cli_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="simulst")
+    commands.register(parser.add_subparsers(dest="command", required=True))
+    return parser

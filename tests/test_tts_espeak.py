@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulst.errors import ModelLoadError, OptionError
-from simulst.tts.asr_bleu import asr_bleu
+from simulst.evaluation.asr_bleu import asr_bleu
 from simulst.tts.espeak import EspeakSynthesizer
 from tests.shared_assets import WHISPER_TINY_EN, needs_shared
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeSession
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import OptionError, SimulstError
-from simulst.tts.asr_bleu import normalize_for_asr_bleu
+from simulst.evaluation.asr_bleu import normalize_for_asr_bleu
+from simulst.mt.options import MTOptions
+from simulst.streaming.cascade import CascadeSession
 from simulst.tts.base import SpeechSynthesizer
 from simulst.tts.timeline import SpeechOutput, SpeechTimeline
 from simulst.types import Emission

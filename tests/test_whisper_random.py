@@ -13,7 +13,7 @@ import torch
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.loading import load_model
-from simulst.session import Session
+from simulst.streaming.session import Session
 from simulst.types import Costs
 from tests.shared_assets import WHISPER_TINY_EN, needs_shared
 
@@ -84,3 +84,23 @@ def test_broken_checkpoints_give_model_load_errors(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(ModelLoadError, match="neither"):
         load_model(str(empty))
+
+
+def test_a_stream_detects_its_language_once_and_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = load_model(str(make_checkpoint(tmp_path / "multi", 51865)), task="transcribe")  # no language given
+    detected: list[int] = []
+    original = model.detect_language
+
+    def counting(enc: object, costs: Costs) -> int:
+        detected.append(original(enc, costs))  # type: ignore[arg-type]
+        return detected[-1]
+
+    monkeypatch.setattr(model, "detect_language", counting)
+    rng = np.random.default_rng(0)
+    session = Session(model, StreamOptions(chunk_ms=500, policy=PolicyOptions.parse("la-2")))
+    for _ in range(4):
+        session.push((0.1 * rng.standard_normal(8000)).astype(np.float32))
+    session.finish()
+    assert len(detected) == 1  # 4 chunks and the final decode: one detection, at the first decode
+    assert session.state.prompt is not None and session.state.prompt[1] == detected[0]
+    assert session.state.chunks == 4

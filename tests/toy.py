@@ -15,8 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simulst.models.base import Encoded
-from simulst.types import Costs
+from simulst.models.base import DecoderModel, Encoded
+from simulst.policies import Policy, PolicyContext, PolicyState
+from simulst.search import Query, Searcher, SearchState
+from simulst.streaming.engine import SpeechEngine
+from simulst.types import Costs, Hypothesis
 
 EOS = 0
 
@@ -74,7 +77,11 @@ class ScriptedDecoder:
             probs[token] = p
         return torch.log(probs / probs.sum())
 
-    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs) -> tuple[torch.Tensor, ToyState]:
+    def prompt(self, enc: Encoded, costs: Costs) -> tuple[int, ...]:
+        return ()
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs,
+              prompt: Sequence[int] | None = None) -> tuple[torch.Tensor, ToyState]:
         costs.decoder_calls += 1
         costs.decoder_positions += len(prefix) + 1
         rows = (tuple(prefix),)
@@ -130,3 +137,59 @@ class ToySpeechModel(ScriptedDecoder):
 def tone(ms: int, rate: int = 1000) -> np.ndarray:
     """Non-silent toy audio of ``ms`` milliseconds."""
     return (0.1 * np.sin(np.arange(ms * rate // 1000) / 3.0)).astype(np.float32)
+
+
+class StreamSearch:
+    """A searcher together with one stream's :class:`SearchState`: ``search(model, enc, prefix, max_new, costs,
+    final)`` as a stream calls it, chunk after chunk; ``kept`` / ``seen`` / ``beams`` read the stream's state."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        self.searcher = searcher
+        self.state = SearchState()
+
+    def search(self, model: DecoderModel, enc: Encoded, prefix: Sequence[int], max_new_tokens: int, costs: Costs,
+               final: bool = False) -> list[Hypothesis]:
+        return self.searcher.search(model, Query(enc, tuple(prefix), max_new_tokens, final), self.state, costs)
+
+    @property
+    def kept(self) -> tuple[int, ...]:
+        return self.state.kept
+
+    @kept.setter
+    def kept(self, value: tuple[int, ...]) -> None:
+        self.state.kept = value
+
+    @property
+    def seen(self) -> set[tuple[int, ...]]:
+        return self.state.seen
+
+    @property
+    def beams(self) -> list[tuple[int, ...]]:
+        return self.state.beams
+
+
+def stream_search(searcher: Searcher) -> StreamSearch:
+    """``searcher`` with a fresh stream state."""
+    return StreamSearch(searcher)
+
+
+def toy_engine() -> SpeechEngine:
+    """An engine over a fresh :class:`ToySpeechModel` (picklable factory for parallel sweeps)."""
+    return SpeechEngine(ToySpeechModel())
+
+
+class StreamPolicy:
+    """A policy together with one stream's :class:`PolicyState`: ``stable_prefix(hyps)`` chunk after chunk."""
+
+    def __init__(self, policy: Policy, tokenizer: ToyTokenizer | None = None, source_words: int = 0) -> None:
+        self.policy = policy
+        self.state = PolicyState()
+        self.context = PolicyContext(tokenizer or ToyTokenizer(["<eos>"]), source_words)
+
+    def stable_prefix(self, hyps: Sequence[Hypothesis]) -> tuple[int, ...]:
+        return self.policy.stable_prefix(hyps, self.state, self.context)
+
+
+def stream_policy(policy: Policy) -> StreamPolicy:
+    """``policy`` with a fresh stream state."""
+    return StreamPolicy(policy)

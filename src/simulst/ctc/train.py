@@ -26,10 +26,11 @@ import numpy as np
 import torch
 
 from simulst.audio.io import load_audio
-from simulst.ctc.head import SAMPLES_PER_FRAME, CtcHead, EncoderSignature, HeadConfig
-from simulst.ctc.text import CharVocabulary, normalize, word_errors
 from simulst.errors import SimulstError
+from simulst.models.ctc_head import SAMPLES_PER_FRAME, CtcHead, EncoderSignature, HeadConfig
+from simulst.models.ctc_vocabulary import CharVocabulary, normalize
 from simulst.models.mel import log_mel_spectrogram
+from simulst.sequences import edit_distance
 
 Log = Callable[[str], None]
 
@@ -277,9 +278,9 @@ def evaluate_head(model: Any, head: CtcHead, manifests: Sequence[Path], window: 
             log_probs = head.log_probs(encoder_frames(model, audio, window).float())
             hyp = head.vocabulary.greedy(log_probs.argmax(-1).tolist())
             ref = normalize(transcript)
-            char_edits += word_errors(ref, hyp)
+            char_edits += edit_distance(ref, hyp)
             char_total += len(ref)
-            word_edits += word_errors(ref.split(), hyp.split())
+            word_edits += edit_distance(ref.split(), hyp.split())
             word_total += len(ref.split())
             outputs.append((ref, hyp))
     return HeadScore(char_edits / max(1, char_total), word_edits / max(1, word_total), len(outputs),

@@ -74,9 +74,14 @@ def average_lagging(d: Sequence[float], x: float, y_ref: float) -> float:
     delay reaches |X|). When d_1 > |X| (an output that starts after the source ended), AL = d_1; at d_1 = |X|
     the sum gives the same value.
     """
+    return _lagging(d, x, y_ref)
+
+
+def _lagging(d: Sequence[float], x: float, y: float) -> float:
+    """(1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/y), τ the first i with d_i ≥ |X| (|Y| when none); d_1 when d_1 > |X|."""
     if d[0] > x:
         return d[0]
-    gamma = y_ref / x  # SimulEval divides by the rate |Y*|/|X| rather than multiply by |X|/|Y*|
+    gamma = y / x  # SimulEval divides by the rate y/|X| rather than multiply by |X|/y
     total = 0.0
     tau = 0
     for i_minus_1, di in enumerate(d):
@@ -95,17 +100,7 @@ def length_adaptive_average_lagging(d: Sequence[float], x: float, y_ref: float) 
     An over-long output (|Y| > |Y*|) no longer makes the oracle run faster than the source, so it cannot
     earn a negative lag.
     """
-    if d[0] > x:
-        return d[0]
-    gamma = max(len(d), y_ref) / x
-    total = 0.0
-    tau = 0
-    for i_minus_1, di in enumerate(d):
-        total += di - i_minus_1 / gamma
-        tau = i_minus_1 + 1
-        if di >= x:
-            break
-    return total / tau
+    return _lagging(d, x, max(len(d), y_ref))
 
 
 def average_proportion(d: Sequence[float], x: float, y_ref: float) -> float:
@@ -293,31 +288,40 @@ def register_latency_metric(name: str) -> Callable[[type[LatencyMetric]], type[L
     return register
 
 
-@register_latency_metric("AL")
-class AL(LatencyMetric):
-    """Average Lagging; see :func:`average_lagging` for the formula and source."""
+class LengthMetric(LatencyMetric):
+    """A metric of the delays, the source length and the target length |Y*| (AL, LAAL, AP)."""
 
     def compute(self, t: Timing, computation_aware: bool = False) -> float:
         d = self.timestamps(t, computation_aware)
-        return average_lagging(d, t.source_length, self.target_length(t, d))
+        return self.formula(d, t.source_length, self.target_length(t, d))
+
+    @abstractmethod
+    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
+        """The metric of delays ``d``, source length ``x`` and target length ``y_ref``."""
+
+
+@register_latency_metric("AL")
+class AL(LengthMetric):
+    """Average Lagging; see :func:`average_lagging` for the formula and source."""
+
+    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
+        return average_lagging(d, x, y_ref)
 
 
 @register_latency_metric("LAAL")
-class LAAL(LatencyMetric):
+class LAAL(LengthMetric):
     """Length-Adaptive Average Lagging; see :func:`length_adaptive_average_lagging`."""
 
-    def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        d = self.timestamps(t, computation_aware)
-        return length_adaptive_average_lagging(d, t.source_length, self.target_length(t, d))
+    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
+        return length_adaptive_average_lagging(d, x, y_ref)
 
 
 @register_latency_metric("AP")
-class AP(LatencyMetric):
+class AP(LengthMetric):
     """Average Proportion; see :func:`average_proportion`."""
 
-    def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        d = self.timestamps(t, computation_aware)
-        return average_proportion(d, t.source_length, self.target_length(t, d))
+    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
+        return average_proportion(d, x, y_ref)
 
 
 @register_latency_metric("DAL")

@@ -49,7 +49,7 @@ def plot_sweep(
 
     Returns the written paths; a latency metric no row has is skipped.
     """
-    import matplotlib
+    import matplotlib  # lazy: matplotlib is heavy, and only the sweep's plots need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -19,7 +19,10 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
+from sacrebleu.metrics import BLEU, CHRF
+
 from simulst.errors import OptionError
+from simulst.sequences import edit_distance
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +35,12 @@ _SPACES = re.compile(r"\s+")
 
 def sacrebleu_tokenizers() -> tuple[str, ...]:
     """The tokenizer names sacreBLEU's BLEU accepts (``13a``, ``zh``, ``ja-mecab``, ``char``, ...)."""
-    from sacrebleu.metrics import BLEU
-
     return tuple(BLEU.TOKENIZERS)
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER) -> float:
     """Corpus BLEU (sacreBLEU; Post 2018) on detokenised, case-sensitive text; 0 when sacreBLEU fails, as in
     SimulEval."""
-    from sacrebleu.metrics import BLEU
-
     if tokenizer not in BLEU.TOKENIZERS:
         raise OptionError(f"unknown sacrebleu tokenizer {tokenizer!r}; choose from {', '.join(BLEU.TOKENIZERS)}")
     try:
@@ -53,8 +52,6 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenizer: str = 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus chrF (Popović 2015; sacreBLEU's CHRF: character 6-grams, β = 2, case-sensitive)."""
-    from sacrebleu.metrics import CHRF
-
     return float(CHRF().corpus_score(list(hypotheses), [list(references)]).score)
 
 
@@ -71,19 +68,6 @@ def normalize_for_wer(text: str) -> str:
     text = _TO_SPACE.sub(" ", text)
     text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
     return _SPACES.sub(" ", text).strip()
-
-
-def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
-    """Levenshtein distance between two token sequences (unit cost substitution, insertion, deletion)."""
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
 
 
 def wer(

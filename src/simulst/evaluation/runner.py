@@ -1,4 +1,4 @@
-"""Run a test set through Sessions and write a SimulEval-compatible output folder.
+"""Run a test set through an engine's streams and write a SimulEval-compatible output folder.
 
 Output folder::
 
@@ -9,8 +9,8 @@ Output folder::
     config.json     the settings of the run (model, stream options, evaluation options, test set)
     config.yaml     ``source_type`` / ``target_type``, which ``simuleval --score-only`` reads
 
-Simulation (SimulEval's sentence-level loop): each utterance's audio is pushed into a fresh
-:class:`~simulst.session.Session` one chunk at a time as fast as the model goes, then ``finish()`` is called.
+Simulation (SimulEval's sentence-level loop): each utterance's audio is pushed into a fresh stream
+(``engine.open``) one chunk at a time as fast as the model goes, then ``finish()`` is called.
 Every output unit (see :func:`emission_units`) gets as delay the source ms read when its emission was made
 (computation-unaware), and as elapsed time that plus the compute the stream had spent by then
 (computation-aware, SimulEval >= 1.1.4: the clock restarts for every utterance; ``Emission.elapsed_ms``).
@@ -27,10 +27,12 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
+from simulst.audio.io import load_audio
 from simulst.config import StreamOptions
 from simulst.errors import OptionError
 from simulst.evaluation.instances import LOG_NAME, SIMULST_KEY, InstanceRecord, append_record, repair_log
@@ -38,15 +40,9 @@ from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_UNITS, P
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, load_spm, score_records, write_scores
-from simulst.models.base import SpeechModel
+from simulst.streaming.engine import Engine
+from simulst.streaming.feed import feed_fast
 from simulst.types import Costs, Emission
-
-if TYPE_CHECKING:
-    from simulst.cascade.pipeline import CascadeModel
-    from simulst.session import Stream
-
-# What an evaluation runs: a speech model (one Session per utterance) or a cascade (ASR -> MT).
-Evaluable: TypeAlias = "SpeechModel | CascadeModel"
 
 logger = logging.getLogger(__name__)
 
@@ -153,50 +149,28 @@ def emission_units(emissions: Sequence[Emission], unit: str = "word", spm: Piece
 AudioLoader = Callable[[Path, int], np.ndarray]
 
 
-def _default_loader(path: Path, sample_rate: int) -> np.ndarray:
-    from simulst.audio.io import load_audio
-
-    return load_audio(path, sample_rate)
-
-
-def open_stream(model: Evaluable, options: StreamOptions) -> Stream:
-    """A fresh stream: a :class:`~simulst.session.Session` of a speech model, or a cascade's stream."""
-    from simulst.cascade.pipeline import CascadeModel
-    from simulst.session import Session
-
-    if isinstance(model, CascadeModel):
-        return model.open(options)
-    return Session(model, options)
-
-
-def stream_through(
-    model: Evaluable, options: StreamOptions, audio: np.ndarray
-) -> tuple[list[Emission], Costs]:
+def stream_through(engine: Engine, options: StreamOptions, audio: np.ndarray) -> tuple[list[Emission], Costs]:
     """Push ``audio`` through a fresh stream one chunk at a time, then finish it."""
-    session = open_stream(model, options)
-    step = session.chunk_samples
-    emissions: list[Emission] = []
-    for pos in range(0, audio.shape[0], step):
-        emissions += session.push(audio[pos : pos + step])
-    emissions += session.finish()
-    return emissions, session.costs
+    stream = engine.open(options)
+    emissions = feed_fast(stream, audio)
+    return emissions, stream.costs
 
 
 def run_instance(
-    model: Evaluable,
+    engine: Engine,
     options: StreamOptions,
     item: TestItem,
     index: int,
     eval_options: EvalOptions | None = None,
-    load: AudioLoader = _default_loader,
+    load: AudioLoader = load_audio,
     spm: PieceEncoder | None = None,
 ) -> InstanceRecord:
     """Evaluate one utterance: stream it, split the output into latency units, build its log record."""
     eval_options = eval_options or EvalOptions()
-    audio = load(item.audio, model.sample_rate)
-    emissions, costs = stream_through(model, options, audio)
+    audio = load(item.audio, engine.sample_rate)
+    emissions, costs = stream_through(engine, options, audio)
     units = emission_units(emissions, eval_options.latency_unit, spm)
-    source_ms = audio.shape[0] * 1000.0 / model.sample_rate
+    source_ms = audio.shape[0] * 1000.0 / engine.sample_rate
     text = "".join(e.text for e in emissions)
     info: dict[str, Any] = {
         "id": item.id,
@@ -248,15 +222,17 @@ class RunConfig:
 
 
 def make_run_config(
-    model_name: str | None,
+    model: Any,
     options: StreamOptions,
     items: Sequence[TestItem],
     eval_options: EvalOptions,
     info: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Describe a run: the parts that must match to resume (model, options, test set) and free ``info``."""
+    """Describe a run: the parts that must match to resume (model, options, test set) and free ``info``.
+
+    ``model``: a JSON-able description of the model (an engine's :meth:`describe`, or a name)."""
     run = {
-        "model": model_name,
+        "model": model,
         "stream": stream_options_dict(options),
         "latency_unit": eval_options.latency_unit,
         "spm_model": eval_options.spm_model,
@@ -304,18 +280,18 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
 
 
 def run_eval(
-    model: Evaluable,
+    engine: Engine,
     options: StreamOptions,
     items: Sequence[TestItem],
     out_dir: str | Path,
     eval_options: EvalOptions | None = None,
     config: RunConfig | None = None,
-    load: AudioLoader = _default_loader,
+    load: AudioLoader = load_audio,
 ) -> ScoreReport:
     """Evaluate a test set into ``out_dir`` (created if needed) and return its scores.
 
     Args:
-        model: the loaded model (shared by all utterances).
+        engine: the loaded models (shared by all utterances).
         options: the stream options of every utterance.
         items: the test set; the log index of ``items[i]`` is ``i``.
         out_dir: the output folder (see the module docstring).
@@ -345,13 +321,11 @@ def run_eval(
     (out / CONFIG_YAML).write_text("source_type: speech\ntarget_type: text\n", encoding="utf-8")
     spm = load_spm(eval_options.spm_model) if eval_options.latency_unit == "spm" and eval_options.spm_model else None
 
-    from tqdm import tqdm
-
     todo = [i for i in range(len(items)) if i not in done]
     with tqdm(total=len(items), initial=len(done), disable=not eval_options.progress, unit="utt",
               desc=out.name or "eval", leave=False) as bar:
         for index in todo:
-            record = run_instance(model, options, items[index], index, eval_options, load, spm)
+            record = run_instance(engine, options, items[index], index, eval_options, load, spm)
             append_record(log, record)
             bar.update(1)
     records = repair_log(log)

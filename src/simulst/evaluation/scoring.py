@@ -118,7 +118,7 @@ def _json_number(v: float | int | None) -> float | int | None:
 def load_spm(path: str) -> PieceEncoder:
     """Load a SentencePiece model for the ``spm`` latency unit."""
     try:
-        import sentencepiece
+        import sentencepiece  # lazy: only the spm latency unit needs it
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise OptionError("the spm latency unit needs the sentencepiece package") from exc
     if not Path(path).is_file():

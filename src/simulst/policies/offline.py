@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulst.policies.base import Policy
+from simulst.policies.base import Policy, PolicyContext, PolicyState
 from simulst.types import Hypothesis
 
 
 class Offline(Policy):
-    """Never commits on a non-final chunk."""
+    """Never commits on a non-final chunk, so a stream need not decode before the source ends."""
 
-    def stable_prefix(self, hyps: Sequence[Hypothesis]) -> tuple[int, ...]:
+    commits_early = False
+
+    def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
         return ()

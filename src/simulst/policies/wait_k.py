@@ -1,8 +1,12 @@
-"""wait-k over chunks (Ma et al. 2019, with a chunk as the source unit): a fixed-schedule baseline.
+"""wait-k (Ma et al. 2019): a fixed-schedule baseline, over chunks of speech or over words of source text.
 
-Nothing is written during the first k−1 chunks; from chunk k on, the output may hold ``tokens_per_chunk`` more
-tokens of the best hypothesis after each chunk, i.e. after chunk c at most (c − k + 1)·tokens_per_chunk tokens.
-Unlike hold-n / LA-n it ignores how stable the hypothesis is: its latency is set by the schedule alone.
+* :class:`WaitK` - a chunk is the source unit: nothing is written during the first k−1 chunks; from chunk k on,
+  the output may hold ``tokens_per_chunk`` more tokens of the best hypothesis after each chunk, i.e. after chunk c
+  at most (c − k + 1)·tokens_per_chunk tokens.
+* :class:`WaitKWords` - a cascade's MT stage, whose source is committed text: target word i may be written once
+  k + i − 1 source words are committed (γ = 1).
+
+Unlike hold-n / LA-n they ignore how stable the hypothesis is: the latency is set by the schedule alone.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simulst.errors import OptionError
-from simulst.policies.base import Policy
+from simulst.policies.base import Policy, PolicyContext, PolicyState
 from simulst.types import Hypothesis
 
 
@@ -22,9 +26,31 @@ class WaitK(Policy):
             raise OptionError(f"wait-k needs k >= 1 and tokens_per_chunk >= 1, got {k}, {tokens_per_chunk}")
         self.k = k
         self.tokens_per_chunk = tokens_per_chunk
-        self._chunks = 0
 
-    def stable_prefix(self, hyps: Sequence[Hypothesis]) -> tuple[int, ...]:
-        self._chunks += 1
-        allowed = max(0, self._chunks - self.k + 1) * self.tokens_per_chunk
+    def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
+        state.observe((), 0)
+        allowed = max(0, state.chunks - self.k + 1) * self.tokens_per_chunk
         return tuple(hyps[0].tokens[:allowed])
+
+
+class WaitKWords(Policy):
+    """The longest prefix of the best hypothesis with at most ``source_words − k + 1`` whole target words, cut
+    before the token that would start one word too many."""
+
+    def __init__(self, k: int) -> None:
+        if k < 1:
+            raise OptionError(f"wait-k needs k >= 1, got {k}")
+        self.k = k
+
+    def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
+        allowed = context.source_words - self.k + 1
+        best = hyps[0].tokens
+        if allowed <= 0:
+            return ()
+        words = 0
+        for i, token in enumerate(best):
+            if context.tokenizer.starts_word(token) or i == 0:
+                words += 1
+                if words > allowed:
+                    return tuple(best[:i])
+        return tuple(best)

@@ -1,29 +1,28 @@
-"""Searchers: greedy and beam search with a forced prefix, and the blockwise streaming beam searches."""
+"""Searchers over the one search core (:mod:`simulst.search.core`): greedy and beam search with a forced prefix
+(optionally with joint CTC scoring and a stop rule), and the blockwise streaming beam searches."""
 
 from __future__ import annotations
 
-from simulst.config import PolicyOptions, SearchOptions
+from simulst.config import SearchOptions
 from simulst.errors import OptionError
-from simulst.search.base import Searcher
+from simulst.search.base import Query, Searcher, SearchState
 from simulst.search.beam import BeamSearch
 from simulst.search.blockwise import (
     BlockwiseBeamSearch,
     ImprovedIncrementalBlockwiseBeamSearch,
     IncrementalBlockwiseBeamSearch,
 )
-from simulst.search.ctc import CtcBeamSearch, CtcGreedySearch
-from simulst.search.greedy import GreedySearch
 from simulst.search.rewind import RewindingBeamSearch
+from simulst.search.stopping import StopRule
 
 __all__ = [
     "BeamSearch",
     "BlockwiseBeamSearch",
-    "CtcBeamSearch",
-    "CtcGreedySearch",
-    "GreedySearch",
     "ImprovedIncrementalBlockwiseBeamSearch",
     "IncrementalBlockwiseBeamSearch",
+    "Query",
     "RewindingBeamSearch",
+    "SearchState",
     "Searcher",
     "make_searcher",
 ]
@@ -36,24 +35,21 @@ BLOCKWISE_SEARCHERS = {
 }
 
 
-def make_searcher(options: SearchOptions, policy: PolicyOptions | None = None) -> Searcher:
-    """A fresh searcher (with empty cross-chunk state) for one stream.
+def make_searcher(options: SearchOptions, stop: StopRule | None = None) -> Searcher:
+    """The searcher the options name (it holds no per-stream data: see :class:`SearchState`).
 
-    The CTC policy (``policy.name == "ctc"``) and joint CTC/attention scoring (``options.ctc_weight > 0``) live
-    in the search (:mod:`simulst.search.ctc`): greedy and beam search only.
+    Args:
+        options: the search options.
+        stop: the policy's stop rule (the CTC online policy), asked before each expansion; with joint CTC
+            scoring (``options.ctc_weight > 0``) it needs greedy or beam search.
     """
-    if (policy is not None and policy.name == "ctc") or options.ctc_weight > 0:
-        from simulst.policies.ctc_end import CtcEndRule
-
-        stop = CtcEndRule(policy.ctc_threshold, policy.ctc_odds) if policy and policy.name == "ctc" else None
-        if options.name == "greedy":
-            return CtcGreedySearch(stop, options.ctc_weight)
-        if options.name == "beam":
-            return CtcBeamSearch(options.beam, options.length_penalty, stop, options.ctc_weight)
-        raise OptionError(f"the CTC policy and joint CTC scoring work with greedy and beam search, not {options.name}")
-    if options.name == "beam":
-        return BeamSearch(options.beam, options.length_penalty)
     if options.name in BLOCKWISE_SEARCHERS:
+        if stop is not None or options.ctc_weight > 0:
+            raise OptionError(
+                f"policies with a stop rule (ctc, alignatt) and joint CTC scoring work with greedy and beam search, "
+                f"not {options.name}"
+            )
         searcher = BLOCKWISE_SEARCHERS[options.name]
         return searcher(options.beam, options.length_penalty, options.repetition_detection, options.carry_over)
-    return GreedySearch()
+    beam = options.beam if options.name == "beam" else 1
+    return BeamSearch(beam, options.length_penalty, stop, options.ctc_weight)

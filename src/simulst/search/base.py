@@ -1,38 +1,60 @@
-"""The searcher interface: hypotheses for one chunk, continuing a forced (committed) prefix."""
+"""The searcher interface: hypotheses for one chunk, continuing a forced (committed) prefix.
+
+A searcher is built once from the options and holds no per-stream data; what a blockwise search carries from one
+chunk to the next (the kept active beam, BWBS's beams, improved IBWBS's ``Seen``) lives in the stream's
+:class:`SearchState`, passed to every call.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from simulst.models.base import DecoderModel, Encoded
 from simulst.types import Costs, Hypothesis
 
 
-class Searcher(ABC):
-    """Searches the continuations of a forced prefix.
+@dataclass(frozen=True)
+class Query:
+    """One chunk's search.
 
-    A searcher object belongs to one stream: blockwise searches keep state across chunks. Every decoder call it
-    makes is counted in ``costs`` by the model (one batched call over all beams counts once).
+    Attributes:
+        enc: the encoding of the source read so far.
+        prefix: the committed tokens; force-decoded in one parallel pass.
+        max_new_tokens: the most tokens searched after the prefix.
+        final: True when the source has ended (every searcher then decodes as offline).
+        prompt: the decoder prompt pinned for the stream (None: the model's own, e.g. detected per encoding).
     """
 
-    @abstractmethod
-    def search(
-        self,
-        model: DecoderModel,
-        enc: Encoded,
-        prefix: Sequence[int],
-        max_new_tokens: int,
-        costs: Costs,
-        final: bool,
-    ) -> list[Hypothesis]:
-        """Hypotheses (best first, at least one) that start with ``prefix``.
+    enc: Encoded
+    prefix: tuple[int, ...]
+    max_new_tokens: int
+    final: bool = False
+    prompt: tuple[int, ...] | None = None
 
-        Args:
-            model: the decoder.
-            enc: the encoding of the source read so far.
-            prefix: the committed tokens; force-decoded in one parallel pass.
-            max_new_tokens: the most tokens searched after the prefix.
-            costs: counters the model increments.
-            final: True when the source has ended (offline searchers ignore it).
-        """
+
+@dataclass
+class SearchState:
+    """What a stream's searches carry across chunks.
+
+    Attributes:
+        kept: the active beam the next chunk continues (IBWBS, improved IBWBS, rewind; with ``carry_over``).
+        beams: BWBS's beams (with ``carry_over``).
+        seen: improved IBWBS's ``Seen`` (2023 Alg. 1 l. 1, 16).
+    """
+
+    kept: tuple[int, ...] = ()
+    beams: list[tuple[int, ...]] = field(default_factory=list)
+    seen: set[tuple[int, ...]] = field(default_factory=set)
+
+
+class Searcher(ABC):
+    """Searches the continuations of a forced prefix. Every decoder call it makes is counted in ``costs`` by the
+    model (one batched call over all beams counts once)."""
+
+    final_differs: bool = True  # False: the search ignores ``Query.final`` (same hypotheses once the source ends)
+
+    @abstractmethod
+    def search(self, model: DecoderModel, query: Query, state: SearchState, costs: Costs) -> list[Hypothesis]:
+        """Hypotheses (best first, at least one) that start with ``query.prefix``."""
+

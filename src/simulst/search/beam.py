@@ -1,68 +1,73 @@
-"""Standard beam search with length normalisation and a forced prefix (the baseline BS of the papers).
+"""Beam search with length normalisation and a forced prefix (the papers' baseline BS); greedy is its one-beam case.
 
 All beams advance in one batched decoder call per step; the forced prefix is decoded once and its KV cache is
 shared by the beams. Finished hypotheses (ending in ``<eos>``) are collected until there are ``beam`` of them
-(openai/whisper's stopping rule with patience 1); if fewer finish within ``max_new_tokens``, the open beams
-join them. Hypotheses are ranked by score / length**length_penalty.
+(openai/whisper's stopping rule with patience 1); if fewer finish within the budget, the open beams join them.
+Hypotheses are ranked by score / length**length_penalty.
+
+Two optional parts make it the CTC searches of Polák et al., IWSLT 2023: joint CTC/attention scoring (λ > 0,
+:class:`~simulst.search.joint.JointCtcScores`, §2.2) and a stop rule asked before each expansion (the CTC online
+policy's end test, :mod:`simulst.search.ctc_end`, §2.3), never on the final chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import torch
-
 from simulst.errors import OptionError
-from simulst.models.base import DecoderModel, Encoded
-from simulst.search.base import Searcher
+from simulst.models.base import AlignedDecoder, DecoderModel
+from simulst.search.base import Query, Searcher, SearchState
+from simulst.search.core import Beam, BeamRule, Scores, expand
+from simulst.search.joint import JointCtcScores
+from simulst.search.stopping import StopRule
 from simulst.types import Costs, Hypothesis
 
 
 class BeamSearch(Searcher):
-    """Length-normalised beam search of width ``beam``."""
+    """Length-normalised beam search of width ``beam`` (1: greedy search).
 
-    def __init__(self, beam: int, length_penalty: float = 1.0) -> None:
+    Args:
+        beam: beam size K.
+        length_penalty: ranking by score / length**length_penalty.
+        stop: a rule asked about the best beam before each expansion of a non-final chunk (None: never stop early).
+        ctc_weight: λ of joint CTC/attention scoring, in [0, 1] (0: the decoder alone).
+        pre_beam: attention candidates per beam scored by the CTC (None: max(4, 1.5 × beam)).
+    """
+
+    def __init__(self, beam: int = 1, length_penalty: float = 1.0, stop: StopRule | None = None,
+                 ctc_weight: float = 0.0, pre_beam: int | None = None) -> None:
         if beam < 1:
             raise OptionError(f"beam size must be >= 1, got {beam}")
+        if not 0.0 <= ctc_weight <= 1.0:
+            raise OptionError(f"CTC weight must be in [0, 1], got {ctc_weight}")
         self.beam = beam
         self.length_penalty = length_penalty
+        self.stop = stop
+        self.ctc_weight = ctc_weight
+        self.pre_beam = pre_beam or max(4, int(1.5 * beam))
 
-    def search(
-        self,
-        model: DecoderModel,
-        enc: Encoded,
-        prefix: Sequence[int],
-        max_new_tokens: int,
-        costs: Costs,
-        final: bool,
-    ) -> list[Hypothesis]:
-        n_forced = len(prefix)
-        if max_new_tokens <= 0:
-            return [Hypothesis(tuple(prefix), 0.0, False)]
-        logp, state = model.start(enc, prefix, costs)
-        beams: list[Hypothesis] = [Hypothesis(tuple(prefix), 0.0, False)]
-        step_logp = logp.unsqueeze(0)  # (B, V)
-        finished: list[Hypothesis] = []
-        for step in range(max_new_tokens):
-            scores = torch.tensor([b.score for b in beams], dtype=step_logp.dtype).unsqueeze(1) + step_logp
-            vocab = scores.shape[1]
-            top_scores, top_ids = torch.topk(scores.flatten(), min(2 * self.beam, scores.numel()))
-            next_beams: list[Hypothesis] = []
-            sources: list[int] = []
-            for value, flat in zip(top_scores.tolist(), top_ids.tolist(), strict=True):
-                source, token = divmod(flat, vocab)
-                if token == model.eos_id:
-                    finished.append(Hypothesis(beams[source].tokens, value, True))
-                else:
-                    next_beams.append(Hypothesis((*beams[source].tokens, token), value, False))
-                    sources.append(source)
-                if len(next_beams) == self.beam:
-                    break
-            beams = next_beams
-            if len(finished) >= self.beam or step + 1 == max_new_tokens:
-                break
-            state = model.select(state, torch.tensor(sources))
-            step_logp, state = model.step(state, torch.tensor([b.tokens[-1] for b in beams]), costs)
-        pool = finished if len(finished) >= self.beam else finished + beams
-        pool.sort(key=lambda h: h.normalized_score(n_forced, self.length_penalty), reverse=True)
-        return pool[: self.beam]
+    @property
+    def final_differs(self) -> bool:  # type: ignore[override]
+        """Only a stop rule (asked before the source ends) makes the final chunk search differently."""
+        return self.stop is not None
+
+    def search(self, model: DecoderModel, query: Query, state: SearchState, costs: Costs) -> list[Hypothesis]:
+        prefix = query.prefix
+        if query.max_new_tokens <= 0:
+            return [Hypothesis(prefix, 0.0, False)]
+        check = None if self.stop is None or query.final else self.stop.start(model, query.enc, prefix, costs)
+        if check is not None and self.stop is not None and self.stop.needs_alignment:
+            if not isinstance(model, AlignedDecoder):
+                raise OptionError("this stop rule needs a decoder that reports its cross-attention (Whisper)")
+            logp, decoder = model.start(query.enc, prefix, costs, prompt=query.prompt, alignment=True)
+        else:
+            logp, decoder = model.start(query.enc, prefix, costs, prompt=query.prompt)
+        scores: Scores | None = None
+        if self.ctc_weight > 0:
+            scores = JointCtcScores(model, query.enc, prefix, self.ctc_weight, self.pre_beam)
+        rule = BeamRule(self.beam, self.length_penalty, check)
+        beams = expand(model, decoder, [Beam(prefix)], logp.unsqueeze(0), query.max_new_tokens, costs, rule, scores)
+        return [b.hypothesis() for b in beams]
+
+
+def greedy() -> BeamSearch:
+    """Greedy search: the arg-max token until ``<eos>`` or the budget."""
+    return BeamSearch(1)

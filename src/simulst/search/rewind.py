@@ -4,7 +4,7 @@ Per chunk, standard beam steps (width K, length-normalised ranking). On a non-fi
 step keeps is ``<eos>`` or a token already in its hypothesis (l. 12), the end is detected and the step rewinds
 to the previous hypotheses (l. 13-14: ``newHyps = prevHyps``). On end detection the beam is pruned to the
 1-best (l. 20-21), "which the next chunk continues from" (§3.2). CMU shows that 1-best, so the next chunk
-continues what was shown: here the committed output (the default); with ``carry_over=True`` the searcher keeps
+continues what was shown: here the committed output (the default); with ``carry_over=True`` the stream keeps
 the 1-best and force-decodes its uncommitted tokens too, in the next chunk's one parallel pass.
 
 Where the session and the paper meet (see also :mod:`simulst.search.blockwise`):
@@ -24,37 +24,30 @@ Where the session and the paper meet (see also :mod:`simulst.search.blockwise`):
   ESPnet's online search reverts to its previous incremental hypothesis ("search stopped by maxlen in a non
   final chunk"), instead of pruning the runaway beams to their 1-best.
 * All beams of a step have the same length, so the 1-best by raw score is also the length-normalised 1-best.
-* On the final chunk (``isFinal``) there is no end detection: offline :class:`BeamSearch` from the kept
-  hypothesis, so one final chunk is exactly offline beam search.
+* On the final chunk (``isFinal``) there is no end detection: offline beam search from the kept hypothesis, so
+  one final chunk is exactly offline beam search.
 """
 
 from __future__ import annotations
 
-from simulst.models.base import DecoderModel, Encoded
-from simulst.search.blockwise import Beam, ChunkSearcher, expand_synchronously
+from simulst.models.base import DecoderModel
+from simulst.search.base import Query, SearchState
+from simulst.search.blockwise import ChunkSearcher
+from simulst.search.core import Beam, SynchronousRule, expand
 from simulst.types import Costs, Hypothesis
 
 
 class RewindingBeamSearch(ChunkSearcher):
-    """CMU Alg. 1: rewind on ``<eos>`` / repetition candidates of a non-final chunk, then prune to the 1-best.
-
-    Example::
-
-        searcher = RewindingBeamSearch(beam=5)
-        [best] = searcher.search(model, enc, committed, 50, costs, final=False)  # kept for the next chunk
-    """
+    """CMU Alg. 1: rewind on ``<eos>`` / repetition candidates of a non-final chunk, then prune to the 1-best."""
 
     def search_block(
-        self,
-        model: DecoderModel,
-        enc: Encoded,
-        committed: tuple[int, ...],
-        forced: tuple[int, ...],
-        budget: int,
+        self, model: DecoderModel, query: Query, state: SearchState, forced: tuple[int, ...], budget: int,
         costs: Costs,
     ) -> list[Hypothesis]:
-        logp, state = model.start(enc, forced, costs)
-        beams, _ = expand_synchronously(self, model, state, [Beam(forced)], logp.unsqueeze(0), budget, costs)
+        logp, decoder = model.start(query.enc, forced, costs, prompt=query.prompt)
+        start = [Beam(forced)]
+        rule = SynchronousRule(self.beam, self.repetition_detection, start)
+        beams = expand(model, decoder, start, logp.unsqueeze(0), budget, costs, rule)
         best = max(beams, key=lambda b: b.score)  # l. 20-21: incremental pruning to the 1-best
-        self.kept = best.tokens
+        state.kept = best.tokens
         return [best.hypothesis()]

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 import soundfile as sf
+import soxr
 
 from simulst.errors import ModelLoadError, OptionError, SimulstError
 from simulst.tts.base import SpeechSynthesizer
@@ -86,7 +87,5 @@ class EspeakSynthesizer(SpeechSynthesizer):
         audio, rate = sf.read(io.BytesIO(done.stdout), dtype="float32", always_2d=True)
         mono = np.ascontiguousarray(audio.mean(axis=1), dtype=np.float32)
         if rate != self.sample_rate:  # espeak-ng builds with another output rate exist
-            import soxr
-
             mono = soxr.resample(mono, rate, self.sample_rate).astype(np.float32)
         return mono

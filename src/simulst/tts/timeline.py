@@ -1,4 +1,4 @@
-"""Speech output on a timeline (CMU IWSLT 2023 §3.3; SPEC §6), and its latency: StartOffset, EndOffset.
+"""Speech output on a timeline (Yan et al., CMU IWSLT 2023, §3.3), and its latency: StartOffset, EndOffset.
 
 Each committed text increment is synthesised and its audio is placed at ``max(end of the previous audio, the
 time the increment was ready)``, so the translated speech never overlaps itself and never starts before its text
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 
 from simulst.errors import OptionError, SimulstError
 from simulst.tts.base import SpeechSynthesizer
@@ -133,8 +134,6 @@ class SpeechTimeline:
 
     def write(self, path: str | Path, min_ms: float = 0.0) -> Path:
         """Write the rendered output as 16-bit PCM WAV (peaks clipped to [-1, 1])."""
-        import soundfile as sf
-
         path = Path(path)
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

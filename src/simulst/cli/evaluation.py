@@ -16,23 +16,25 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
+from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
 from simulst.errors import OptionError
 from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
 from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
+from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
 from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
-from simulst.evaluation.scoring import ScoreOptions, ScoreReport, format_table, score_log
+from simulst.evaluation.scoring import ScoreOptions, ScoreReport, format_table, score_log, write_scores
+from simulst.evaluation.sweep import build_grid, parse_grid, quality_metric_for, run_sweep, write_table
+from simulst.streaming.engine import Engine, SpeechEngine
 
 
 def register(subparsers: Any) -> None:
     """Add ``eval``, ``score`` and ``sweep`` to the ``simulst`` argument parser's subparsers."""
-    from simulst.cascade.cli import add_cascade_arguments
-    from simulst.cli_options import add_stream_arguments
-
     text = "run a test set through simulst and write a SimulEval-compatible output folder"
     p = subparsers.add_parser("eval", help=text, description=text)
     _add_test_set_arguments(p, multiple=False)
@@ -177,38 +179,30 @@ def _print_report(report: ScoreReport, as_json: bool) -> None:
 # ------------------------------------------------------------------------------------------------- commands
 
 
-def evaluable_from_args(args: argparse.Namespace) -> Any:
-    """The speech model the arguments name, or with ``--to LANG`` the cascade ASR -> MT."""
-    from simulst.cli_options import model_from_args
-
+def engine_from_args(args: argparse.Namespace) -> Engine:
+    """The speech engine the arguments name, or with ``--to LANG`` the cascade ASR -> MT."""
     if args.to:
-        from simulst.cascade.cli import cascade_from_args
-
         if args.task != "transcribe":
             raise OptionError("a cascade (--to) transcribes, then translates: drop --task translate")
         return cascade_from_args(args)
-    return model_from_args(args, task=args.task)
+    return SpeechEngine.load(model_options_from_args(args, task=args.task))
 
 
 def eval_command(args: argparse.Namespace) -> int:
     """``simulst eval``: run the test set, write the folder, print the scores."""
-    from simulst.cli_options import stream_options_from_args
-
     items = items_from_args(args)
     options = stream_options_from_args(args)
     eval_options = eval_options_from_args(args, resume=not args.overwrite)
-    model = evaluable_from_args(args)
+    engine = engine_from_args(args)
     info = {"argv": sys.argv[1:], "task": args.task, "device": args.device}
-    config = make_run_config(args.model, options, items, eval_options, info)
-    report = run_eval(model, options, items, args.output, eval_options, config)
+    config = make_run_config(engine.describe(), options, items, eval_options, info)
+    report = run_eval(engine, options, items, args.output, eval_options, config)
     _print_report(report, args.json)
     return 0
 
 
 def score_command(args: argparse.Namespace) -> int:
     """``simulst score``: score an existing log and print a table or JSON."""
-    from simulst.evaluation.scoring import write_scores
-
     options = ScoreOptions(
         latency_unit=args.eval_latency_unit,
         spm_model=args.eval_latency_spm_model,
@@ -228,11 +222,6 @@ def score_command(args: argparse.Namespace) -> int:
 
 def sweep_command(args: argparse.Namespace) -> int:
     """``simulst sweep``: run the grid, write sweep.csv / sweep.md / plots, print the Markdown table."""
-    from simulst.cli_options import ctc_head_from_args, stream_options_from_args
-    from simulst.evaluation.plots import plot_sweep
-    from simulst.evaluation.sweep import build_grid, parse_grid, quality_metric_for, run_sweep, write_table
-    from simulst.models.loading import load_model
-
     items = items_from_args(args)
     base = stream_options_from_args(args)
     points = build_grid(base, args.policies or [args.policy], args.chunks or [], args.searches or [],
@@ -240,19 +229,20 @@ def sweep_command(args: argparse.Namespace) -> int:
     eval_options = eval_options_from_args(args)
     if args.jobs > 1 and args.to:
         raise OptionError("cascade sweeps (--to) run in one process: use --jobs 1")
-    if args.jobs > 1:
-        factory: Any = functools.partial(load_model, args.model, device=args.device, language=args.language,
-                                         task=args.task, window=args.window, ctc_head=ctc_head_from_args(args))
+    if args.jobs > 1:  # every worker loads the model from the same options, built once here
+        factory: Callable[[], Engine] = functools.partial(
+            SpeechEngine.load, model_options_from_args(args, task=args.task)
+        )
     else:
-        def factory() -> Any:
-            return evaluable_from_args(args)
+        def factory() -> Engine:
+            return engine_from_args(args)
 
     def report(point: Any, scores: Mapping[str, Any]) -> None:
         shown = ", ".join(f"{k} {scores[k]:.3f}" for k in ("BLEU", "WER_norm", "AL", "LAAL", "AL_CA")
                           if isinstance(scores.get(k), int | float))
         print(f"[sweep] {point.label}: {shown}", file=sys.stderr, flush=True)
 
-    rows = run_sweep(factory, points, items, args.output, eval_options, args.jobs, args.model, report)
+    rows = run_sweep(factory, points, items, args.output, eval_options, args.jobs, report)
     preferred = args.plot_quality or ("WER_norm" if args.task == "transcribe" else None)
     quality = quality_metric_for(rows, preferred)
     _, md = write_table(rows, args.output, quality=[q for q in ("BLEU", "chrF", "WER_norm") if q in rows[0]])

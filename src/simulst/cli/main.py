@@ -9,15 +9,18 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
-
-import numpy as np
+from collections.abc import Sequence
 
 from simulst.audio.io import is_silent, load_audio
-from simulst.cli_options import add_stream_arguments, model_from_args, stream_options_from_args
+from simulst.cli import ctc as ctc_commands
+from simulst.cli import evaluation as evaluation_commands
+from simulst.cli.cascade import add_cascade_arguments, run_cascade
+from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
+from simulst.cli.printing import final_record, json_printer, text_printer
 from simulst.errors import SimulstError
-from simulst.session import Session, Stream, ensure_fits
-from simulst.types import Emission
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.feed import feed_fast, feed_realtime
+from simulst.streaming.session import ensure_fits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,31 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("audio", help="audio file (wav, flac, ogg; any sample rate and channel count)")
         add_stream_arguments(p)
         if name == "translate":
-            from simulst.cascade.cli import add_cascade_arguments
-
             add_cascade_arguments(p)
         p.add_argument("--realtime", action="store_true",
                        help="computation-aware: feed audio at wall-clock speed while the model computes")
         p.add_argument("--json", action="store_true", help="print JSON lines only (one per emission, then a final one)")
         p.set_defaults(func=run_stream, task=task)
-    _register_extra(sub)
+    evaluation_commands.register(sub)  # eval, score, sweep
+    ctc_commands.register(sub)  # train-ctc
     return parser
-
-
-def _register_extra(sub: argparse._SubParsersAction) -> None:
-    """Subcommands that live in other packages: eval, score, sweep (evaluation) and train-ctc (ctc)."""
-    from simulst.ctc import commands as ctc_commands
-    from simulst.evaluation import commands as evaluation_commands
-
-    evaluation_commands.register(sub)
-    ctc_commands.register(sub)
 
 
 def run_stream(args: argparse.Namespace) -> int:
     """The transcribe / translate subcommands."""
     if getattr(args, "to", None):
-        from simulst.cascade.cli import run_cascade
-
         return run_cascade(args)
     options = stream_options_from_args(args)
     audio = load_audio(args.audio)
@@ -65,7 +56,7 @@ def run_stream(args: argparse.Namespace) -> int:
     if model.sample_rate != 16000:
         audio = load_audio(args.audio, model.sample_rate)
     ensure_fits(model, audio.shape[0])  # refuse before streaming, not after 30 s of it
-    session = Session(model, options, catch_up=args.realtime)
+    session = SpeechEngine(model).open(options, catch_up=args.realtime)
     printer = json_printer if args.json else text_printer
     wall_start = time.perf_counter()
     feed = feed_realtime if args.realtime else feed_fast
@@ -75,19 +66,7 @@ def run_stream(args: argparse.Namespace) -> int:
     costs = session.costs
     rtf = costs.compute_s / source_s if source_s else 0.0
     if args.json:
-        final = {
-            "event": "final",
-            "text": session.text,
-            "source_ms": round(source_s * 1000.0, 3),
-            "compute_s": round(costs.compute_s, 4),
-            "rtf": round(rtf, 4),
-            "decoder_passes": costs.decoder_calls,
-            "decoder_positions": costs.decoder_positions,
-            "encoder_calls": costs.encoder_calls,
-            "emissions": len(session.emissions),
-            "wall_s": round(wall_s, 4),
-        }
-        print(json.dumps(final, ensure_ascii=False), flush=True)
+        print(json.dumps(final_record(session, source_s, wall_s), ensure_ascii=False), flush=True)
     else:
         words = len(session.text.split())
         print(f"\n{session.text}")
@@ -100,56 +79,6 @@ def run_stream(args: argparse.Namespace) -> int:
         print("simulst: the audio is silent: nothing to transcribe", file=sys.stderr)
         return 1
     return 0
-
-
-Emit = Callable[[Emission, float], None]
-
-
-def feed_fast(stream: Stream, audio: np.ndarray, emit: Emit) -> None:
-    """Computation-unaware: push the file chunk by chunk as fast as the model goes; ``emit(e, wall_ms)``."""
-    start = time.perf_counter()
-    step = stream.chunk_samples
-    for pos in range(0, audio.shape[0], step):
-        for emission in stream.push(audio[pos : pos + step]):
-            emit(emission, (time.perf_counter() - start) * 1000.0)
-    for emission in stream.finish():
-        emit(emission, (time.perf_counter() - start) * 1000.0)
-
-
-def feed_realtime(stream: Stream, audio: np.ndarray, emit: Emit) -> None:
-    """Computation-aware: audio becomes available at wall-clock speed; the model reads whatever has arrived."""
-    rate = stream.sample_rate
-    start = time.perf_counter()
-    pos = 0
-    total = audio.shape[0]
-    while pos < total:
-        now = time.perf_counter() - start
-        available = min(total, int(now * rate))
-        if available > pos:
-            for emission in stream.push(audio[pos:available]):
-                emit(emission, (time.perf_counter() - start) * 1000.0)
-            pos = available
-        else:
-            time.sleep(max(0.001, min(total, stream.next_decode) / rate - now))
-    for emission in stream.finish():
-        emit(emission, (time.perf_counter() - start) * 1000.0)
-
-
-def text_printer(emission: Emission, wall_ms: float | None) -> None:
-    """One live line: ``[source s (wall s)] text``."""
-    clock = f" wall {wall_ms / 1000.0:6.2f} s" if wall_ms is not None else ""
-    print(f"[{emission.source_ms / 1000.0:6.2f} s{clock}] {emission.text}", flush=True)
-
-
-def json_printer(emission: Emission, wall_ms: float | None) -> None:
-    """One JSON line of the CLI contract; ``elapsed_ms`` is the wall clock in real-time mode."""
-    record = {
-        "event": "emission",
-        "text": emission.text,
-        "source_ms": round(emission.source_ms, 3),
-        "elapsed_ms": round(wall_ms if wall_ms is not None else emission.elapsed_ms, 3),
-    }
-    print(json.dumps(record, ensure_ascii=False), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from simulst.cascade.backend import MTBackend
 from simulst.errors import OptionError
+from simulst.mt.apertium import ApertiumMT, pair_name
+from simulst.mt.backend import MTBackend
+from simulst.mt.hf_seq2seq import load_hf_mt
 
 APERTIUM = "apertium"
 
@@ -30,10 +32,6 @@ def load_mt(
     if not target_lang:
         raise OptionError("the cascade needs a target language (--to LANG)")
     if name is None or name == APERTIUM or name.startswith(APERTIUM + ":"):
-        from simulst.cascade.apertium import ApertiumMT, pair_name
-
         pair = name.split(":", 1)[1] if name and ":" in name else pair_name(source_lang, target_lang)
         return ApertiumMT(pair)
-    from simulst.cascade.hf_seq2seq import load_hf_mt
-
     return load_hf_mt(name, source_lang, target_lang, device)

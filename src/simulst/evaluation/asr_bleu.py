@@ -9,10 +9,13 @@ import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
+import sacrebleu
+import soxr
 
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
+from simulst.streaming.session import Session
 
 
 def normalize_for_asr_bleu(text: str) -> str:
@@ -24,11 +27,7 @@ def normalize_for_asr_bleu(text: str) -> str:
 def transcribe_offline(asr: SpeechModel, audio: np.ndarray, sample_rate: int) -> str:
     """Offline transcript of mono audio at ``sample_rate``; audio longer than the model's window is cut into
     window-sized pieces whose transcripts are joined."""
-    from simulst.session import Session
-
     if sample_rate != asr.sample_rate:
-        import soxr
-
         audio = soxr.resample(audio, sample_rate, asr.sample_rate).astype(np.float32)
     window = max(1, asr.max_source_samples - asr.sample_rate)  # 1 s of margin
     texts: list[str] = []
@@ -53,8 +52,6 @@ def asr_bleu(
 
     Both transcripts and references are normalised with :func:`normalize_for_asr_bleu`.
     """
-    import sacrebleu
-
     if len(speech) != len(references):
         raise OptionError(f"{len(speech)} speech outputs for {len(references)} references")
     transcripts = [transcribe_offline(asr, audio, sample_rate) for audio in speech]

@@ -22,10 +22,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from simulst.cascade.backend import MTBackend
-from simulst.cascade.options import MTOptions
 from simulst.errors import ModelLoadError, SimulstError
-from simulst.search import Searcher
+from simulst.mt.backend import MTBackend, MTRequest
 from simulst.types import Costs, Hypothesis
 
 # ISO 639-1 -> the ISO 639-3 codes Apertium names its pairs with (the common ones; 3-letter codes pass through).
@@ -194,17 +192,10 @@ class ApertiumMT(MTBackend):
             raise SimulstError(f"apertium {self.pair} failed: {done.stderr.strip()[:300]}")
         return " ".join(done.stdout.split())
 
-    def translate(
-        self,
-        source: str,
-        prefix: Sequence[int],
-        searcher: Searcher,
-        options: MTOptions,
-        costs: Costs,
-        final: bool,
-    ) -> list[Hypothesis]:
+    def translate(self, request: MTRequest, costs: Costs) -> list[Hypothesis]:
         costs.extra["apertium_calls"] = costs.extra.get("apertium_calls", 0) + 1
-        words = self.translate_raw(source).split()
+        prefix = request.prefix
+        words = self.translate_raw(request.source).split()
         committed = [self._tokenizer.word(t) for t in prefix]
         cut = align_prefix(committed, words)
         tokens = (*prefix, *(self._tokenizer.id(w) for w in words[cut:]))

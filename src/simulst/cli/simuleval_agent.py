@@ -1,6 +1,6 @@
 """A SimulEval agent that runs a simulst Session, so SimulEval can evaluate simulst directly::
 
-    simuleval --agent-class simulst.evaluation.simuleval_agent.SimulstAgent \\
+    simuleval --agent-class simulst.cli.simuleval_agent.SimulstAgent \\
         --source src.txt --target tgt.txt --source-segment-size 1000 \\
         --model ../shared/models/whisper-tiny.en --policy la-2 --chunk-ms 1000 --output out/
 
@@ -21,22 +21,22 @@ import argparse
 from typing import Any
 
 import numpy as np
+import soxr
 from simuleval.agents import SpeechToTextAgent
 from simuleval.agents.actions import Action, ReadAction, WriteAction
 from simuleval.data.segments import Segment, SpeechSegment
 
+from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.config import StreamOptions
 from simulst.models.base import SpeechModel
-from simulst.session import Session
+from simulst.streaming.session import Session
 
 
 class SimulstAgent(SpeechToTextAgent):
-    """Speech-to-text SimulEval agent around a :class:`~simulst.session.Session` (one per instance)."""
+    """Speech-to-text SimulEval agent around a :class:`~simulst.streaming.session.Session` (one per instance)."""
 
     def __init__(self, args: argparse.Namespace | None = None, model: SpeechModel | None = None,
                  options: StreamOptions | None = None) -> None:
-        from simulst.cli_options import model_from_args, stream_options_from_args
-
         if model is None or options is None:
             if args is None:
                 raise ValueError("SimulstAgent needs parsed arguments, or a model and stream options")
@@ -53,8 +53,6 @@ class SimulstAgent(SpeechToTextAgent):
     @staticmethod
     def add_args(parser: argparse.ArgumentParser) -> None:
         """simulst's stream options (``--model --policy --chunk-ms --search --beam ...``) and ``--task``."""
-        from simulst.cli_options import add_stream_arguments
-
         add_stream_arguments(parser)
         parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
                             help="Whisper task (translate: into English)")
@@ -75,8 +73,6 @@ class SimulstAgent(SpeechToTextAgent):
         target = self.model.sample_rate
         if rate <= 0 or rate == target:
             return samples
-        import soxr
-
         if self._resampler is None or self._resampler_rate != rate:
             self._resampler = soxr.ResampleStream(rate, target, 1, dtype="float32")
             self._resampler_rate = rate

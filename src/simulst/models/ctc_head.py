@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 
-from simulst.ctc.text import CharVocabulary
 from simulst.errors import ModelLoadError
+from simulst.models.ctc_vocabulary import CharVocabulary
 
 METADATA_KEY = "simulst_ctc_head"
 FORMAT_VERSION = 1
@@ -161,8 +163,6 @@ class CtcHead(nn.Module):
 
     def save(self, path: str | Path, config: HeadConfig | None = None) -> Path:
         """Write the head (float16 tensors + JSON config metadata) to ``path``."""
-        from safetensors.torch import save_file
-
         config = config or self.config
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,9 +173,6 @@ class CtcHead(nn.Module):
 
 def load_head(path: str | Path, device: str | torch.device = "cpu") -> CtcHead:
     """Read a head written by :meth:`CtcHead.save` (in eval mode, float32 weights)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"CTC head file not found: {path}")
@@ -217,8 +214,6 @@ def default_head_for(model: Any) -> Path | None:
 
 def read_config(path: str | Path) -> HeadConfig:
     """The :class:`HeadConfig` of a head file, without loading its weights."""
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}

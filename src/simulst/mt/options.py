@@ -30,7 +30,7 @@ class MTOptions:
     max_len_b: int = 10
 
     def __post_init__(self) -> None:
-        if self.policy.name == "ctc" or self.search.ctc_weight > 0:
+        if self.policy.needs_ctc_head or self.search.ctc_weight > 0:
             raise OptionError("the MT stage has no CTC head: use offline, la-N, hold-N, sp-N or wait-K")
         if self.max_len_a < 0 or self.max_len_b < 1:
             raise OptionError(f"max_len_a must be >= 0 and max_len_b >= 1, got {self.max_len_a}, {self.max_len_b}")

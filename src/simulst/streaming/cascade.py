@@ -1,13 +1,13 @@
-"""A cascade stream: streaming ASR :class:`~simulst.session.Session` → :class:`MTStage` → optional speech output.
+"""A cascade stream: streaming ASR :class:`~simulst.streaming.session.Session` → :class:`MTStage` → optional speech.
 
-Each stage keeps its own state; what one stage commits feeds the next as soon as it is committed. The cascade
-has the surface of :class:`~simulst.session.Session` (``push(audio) -> list[Emission]``, ``finish()``, ``text``,
-``costs``, ``emissions``, ``chunk_samples``), so whatever runs sessions (the CLI, the evaluation runner) runs a
-cascade unchanged; its emissions are the *translated* increments, timed on the audio timeline::
+Each stage keeps its own state; what one stage commits feeds the next as soon as it is committed. A cascade is a
+:class:`~simulst.streaming.engine.Stream` (``push(audio) -> list[Emission]``, ``finish()``, ``text``, ``costs``,
+``emissions``, ``chunk_samples``) and :class:`CascadeEngine` an engine, so whatever runs streams (the CLI, the
+evaluation runner) runs a cascade unchanged; its emissions are the *translated* increments, timed on the audio
+timeline::
 
-    asr = load_model()                                   # Whisper tiny.en, offline
-    mt = ApertiumMT("eng-spa")
-    cascade = CascadeSession(asr, mt, StreamOptions(chunk_ms=1000), MTOptions(policy=PolicyOptions.parse("la-2")))
+    engine = CascadeEngine(load_model(), ApertiumMT("eng-spa"), MTOptions(policy=PolicyOptions.parse("la-2")))
+    cascade = engine.open(StreamOptions(chunk_ms=1000))
     for piece in audio_pieces:
         for emission in cascade.push(piece):
             print(emission.text, end="", flush=True)
@@ -18,15 +18,17 @@ cascade unchanged; its emissions are the *translated* increments, timed on the a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any
 
 import numpy as np
 
-from simulst.cascade.backend import MTBackend
-from simulst.cascade.mt_stage import MTStage
-from simulst.cascade.options import MTOptions
 from simulst.config import StreamOptions
 from simulst.models.base import SpeechModel
-from simulst.session import Session
+from simulst.mt.backend import MTBackend
+from simulst.mt.options import MTOptions
+from simulst.streaming.mt_stage import MTStage
+from simulst.streaming.session import Session
 from simulst.tts.timeline import SpeechOutput
 from simulst.types import Costs, Emission
 
@@ -40,7 +42,7 @@ class CascadeSession:
         options: the ASR stage's chunking, search and policy.
         mt_options: the MT stage's policy and search.
         speech: an optional speech output that synthesises each translated increment.
-        catch_up: see :class:`~simulst.session.Session` (real-time use).
+        catch_up: see :class:`~simulst.streaming.session.Session` (real-time use).
     """
 
     def __init__(
@@ -130,9 +132,8 @@ class CascadeSession:
         return emissions
 
 
-class CascadeModel:
-    """The shared models of a cascade; :meth:`open` starts one stream. The evaluation runner (``eval``,
-    ``sweep``) runs a ``CascadeModel`` wherever it runs a speech model.
+class CascadeEngine:
+    """The shared models of a cascade, an :class:`~simulst.streaming.engine.Engine`: :meth:`open` starts one stream.
 
     Args:
         asr: the speech-recognition model.
@@ -158,7 +159,13 @@ class CascadeModel:
         """The ASR model's sample rate."""
         return int(self.asr.sample_rate)
 
-    def open(self, options: StreamOptions) -> CascadeSession:
-        """A new stream with the ASR stage's ``options``."""
+    def describe(self) -> dict[str, Any]:
+        """The ASR model's options, the MT backend's name and the MT stage's policy."""
+        options = getattr(self.asr, "options", None)
+        asr = asdict(options) if is_dataclass(options) and not isinstance(options, type) else type(self.asr).__name__
+        return {"asr": asr, "mt": self.mt.name, "mt_policy": str(self.mt_options.policy)}
+
+    def open(self, options: StreamOptions, catch_up: bool = False) -> CascadeSession:
+        """A new stream with the ASR stage's ``options`` (``catch_up``: as for a speech stream, real-time use)."""
         speech = self.speech_factory() if self.speech_factory is not None else None
-        return CascadeSession(self.asr, self.mt, options, self.mt_options, speech)
+        return CascadeSession(self.asr, self.mt, options, self.mt_options, speech, catch_up)

@@ -1,6 +1,6 @@
 """``simulst translate AUDIO --to LANG``: the cascade (streaming ASR → simultaneous MT → optional speech).
 
-Same output contract as :func:`simulst.cli.run_stream`: one line per translated emission as it is committed
+Same output contract as :func:`simulst.cli.main.run_stream`: one line per translated emission as it is committed
 (``--json``: ``{"event": "emission", "text", "source_ms", "elapsed_ms"}``, times on the *audio* timeline), then a
 summary (``--json``: ``{"event": "final", "text", "source_text", "source_ms", "compute_s", "rtf",
 "decoder_passes", ...}``). ``--speak OUT.wav`` also writes the translated speech and reports its StartOffset /
@@ -14,10 +14,18 @@ import json
 import sys
 import time
 
-from simulst.cascade.options import MTOptions
-from simulst.cascade.pipeline import CascadeModel, CascadeSession
+from simulst.audio.io import is_silent, load_audio
+from simulst.cli.options import model_from_args, stream_options_from_args
+from simulst.cli.printing import final_record, json_printer, text_printer
 from simulst.config import PolicyOptions, SearchOptions
 from simulst.errors import OptionError
+from simulst.mt.loading import load_mt
+from simulst.mt.options import MTOptions
+from simulst.streaming.cascade import CascadeEngine
+from simulst.streaming.feed import feed_fast, feed_realtime
+from simulst.streaming.session import ensure_fits
+from simulst.tts.espeak import EspeakSynthesizer
+from simulst.tts.timeline import SpeechOutput
 from simulst.types import Emission
 
 
@@ -53,31 +61,21 @@ def mt_options_from_args(args: argparse.Namespace) -> MTOptions:
     return MTOptions(policy=PolicyOptions.parse(args.mt_policy), search=search)
 
 
-def cascade_from_args(args: argparse.Namespace) -> CascadeModel:
+def cascade_from_args(args: argparse.Namespace) -> CascadeEngine:
     """The cascade the arguments name (for eval / sweep).
 
     Raises:
         ModelLoadError, OptionError: as the loaders do.
     """
-    from simulst.cascade.loading import load_mt
-    from simulst.cli_options import model_from_args
-
     mt_options = mt_options_from_args(args)
     source_lang = getattr(args, "language", None) or "en"
     mt = load_mt(args.mt, source_lang, args.to, getattr(args, "device", "cpu"))
     asr = model_from_args(args, task="transcribe")
-    return CascadeModel(asr, mt, mt_options)
+    return CascadeEngine(asr, mt, mt_options)
 
 
 def run_cascade(args: argparse.Namespace) -> int:
     """``simulst translate AUDIO --to LANG [...]``: exit code 0 (1 when the audio is silent)."""
-    from simulst.audio.io import is_silent, load_audio
-    from simulst.cascade.loading import load_mt
-    from simulst.cli import feed_fast, feed_realtime, json_printer, text_printer
-    from simulst.cli_options import model_from_args, stream_options_from_args
-    from simulst.session import ensure_fits
-    from simulst.tts.timeline import SpeechOutput
-
     if not args.to:
         raise OptionError("the cascade needs a target language (--to LANG)")
     options = stream_options_from_args(args)
@@ -85,8 +83,6 @@ def run_cascade(args: argparse.Namespace) -> int:
     speak_path = getattr(args, "speak", None)
     speech = None
     if speak_path:
-        from simulst.tts.espeak import EspeakSynthesizer
-
         clock = args.speak_clock or ("wall" if args.realtime else "source")
         if clock == "wall" and not args.realtime:
             raise OptionError("--speak-clock wall needs --realtime")
@@ -98,7 +94,7 @@ def run_cascade(args: argparse.Namespace) -> int:
     if asr.sample_rate != 16000:
         audio = load_audio(args.audio, asr.sample_rate)
     ensure_fits(asr, audio.shape[0])
-    cascade = CascadeSession(asr, mt, options, mt_options, catch_up=args.realtime)
+    cascade = CascadeEngine(asr, mt, mt_options).open(options, catch_up=args.realtime)
 
     printer = json_printer if args.json else text_printer
 
@@ -134,22 +130,13 @@ def run_cascade(args: argparse.Namespace) -> int:
             "synthesis_s": round(m.synthesis_s, 4),
         }
     if args.json:
-        final = {
-            "event": "final",
-            "text": cascade.text,
+        final = final_record(cascade, source_s, wall_s)
+        final.update({
             "source_text": cascade.source_text,
-            "source_ms": round(source_s * 1000.0, 3),
-            "compute_s": round(costs.compute_s, 4),
-            "rtf": round(rtf, 4),
-            "decoder_passes": costs.decoder_calls,
-            "decoder_positions": costs.decoder_positions,
-            "encoder_calls": costs.encoder_calls,
-            "emissions": len(cascade.emissions),
-            "wall_s": round(wall_s, 4),
             "mt": mt.name,
             "mt_policy": str(mt_options.policy),
             "mt_compute_s": round(cascade.mt.costs.compute_s, 4),
-        }
+        })
         if speech_info is not None:
             final["speech"] = speech_info
         print(json.dumps(final, ensure_ascii=False), flush=True)

@@ -1,7 +1,7 @@
 """Hugging Face seq2seq MT models (MarianMT / OPUS-MT, M2M100, NLLB, mBART-50) as a streaming decoder.
 
 The adapter implements :class:`~simulst.models.base.DecoderModel` plus ``encode_text`` (a
-:class:`~simulst.cascade.backend.TextDecoderModel`), so the MT stage drives it with the same searchers as the
+:class:`~simulst.mt.backend.TextDecoderModel`), so the MT stage drives it with the same searchers as the
 speech models: ``start`` force-decodes prompt + committed target tokens in one parallel pass, ``step`` advances
 all beams in one batched call with the KV cache, ``select`` reorders the cache after a beam-search step.
 
@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulst.cascade.backend import NeuralMT
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Encoded
+from simulst.mt.backend import NeuralMT
 from simulst.types import Costs
 
 _PUNCTUATION = set(string.punctuation) | {"¿", "¡", "«", "»", "…", "–", "—"}
@@ -115,7 +115,7 @@ class Seq2SeqState:
 
 
 class HFSeq2SeqModel:
-    """A transformers encoder-decoder MT model as a :class:`~simulst.cascade.backend.TextDecoderModel`.
+    """A transformers encoder-decoder MT model as a :class:`~simulst.mt.backend.TextDecoderModel`.
 
     Args:
         net: the loaded ``*ForConditionalGeneration`` model.
@@ -145,11 +145,11 @@ class HFSeq2SeqModel:
             start_id = getattr(net.generation_config, "decoder_start_token_id", None)
         if start_id is None:
             raise ModelLoadError(f"{self.model_type} model has no decoder_start_token_id")
-        self.prompt: list[int] = [int(start_id)]
+        self.decoder_prompt: list[int] = [int(start_id)]
         self.source_prefix = ""
         self._set_languages(source_lang, target_lang)
         max_positions = int(getattr(config, "max_position_embeddings", 512) or 512)
-        self.max_length = max_positions - len(self.prompt)
+        self.max_length = max_positions - len(self.decoder_prompt)
         self.max_source_tokens = max_positions
         # Never generated: padding (Marian's decoder start), the decoder start itself, and language tokens.
         suppress = {int(config.pad_token_id)} if config.pad_token_id is not None else set()
@@ -166,7 +166,7 @@ class HFSeq2SeqModel:
                 raise OptionError("an NLLB model needs the source and target languages")
             tok.src_lang = NLLB_CODES.get(source_lang, source_lang)
             code = NLLB_CODES.get(target_lang, target_lang)
-            self.prompt.append(self._token_id(code, target_lang))
+            self.decoder_prompt.append(self._token_id(code, target_lang))
         elif self.model_type == "m2m_100":
             if not source_lang or not target_lang:
                 raise OptionError("an M2M100 model needs the source and target languages")
@@ -175,12 +175,12 @@ class HFSeq2SeqModel:
                 token = tok.get_lang_token(target_lang)
             except (KeyError, AttributeError) as err:
                 raise OptionError(f"the M2M100 model has no language {err}") from err
-            self.prompt.append(self._token_id(token, target_lang))
+            self.decoder_prompt.append(self._token_id(token, target_lang))
         elif self.model_type == "mbart" and "50" in type(tok).__name__:
             if not source_lang or not target_lang:
                 raise OptionError("an mBART-50 model needs the source and target languages")
             tok.src_lang = MBART_CODES.get(source_lang, source_lang)
-            self.prompt.append(self._token_id(MBART_CODES.get(target_lang, target_lang), target_lang))
+            self.decoder_prompt.append(self._token_id(MBART_CODES.get(target_lang, target_lang), target_lang))
         elif target_lang:
             # Multi-target OPUS-MT: the target is a ">>xxx<<" token at the start of the source.
             vocab = tok.get_vocab()
@@ -199,7 +199,7 @@ class HFSeq2SeqModel:
         ids = getattr(self._hf, "lang_code_to_id", None)
         if isinstance(ids, dict):
             return [int(v) for v in ids.values()]
-        return list(self.prompt[1:])
+        return list(self.decoder_prompt[1:])
 
     # ------------------------------------------------------------------------------------ protocol
     @torch.inference_mode()
@@ -215,7 +215,7 @@ class HFSeq2SeqModel:
         return Encoded(frames=memory, audio_samples=int(ids.shape[1]), extra=mask)
 
     def _forward(self, state: Seq2SeqState, ids: torch.Tensor, costs: Costs) -> torch.Tensor:
-        from transformers.modeling_outputs import BaseModelOutput
+        from transformers.modeling_outputs import BaseModelOutput  # lazy: transformers is heavy (MT only)
 
         batch = ids.shape[0]
         out = self.net(
@@ -232,13 +232,20 @@ class HFSeq2SeqModel:
             logits[:, self._suppress] = -torch.inf
         return torch.log_softmax(logits, dim=-1)
 
+    def prompt(self, enc: Encoded, costs: Costs) -> list[int]:
+        """The decoder start tokens (+ the target language code where the model has one)."""
+        return list(self.decoder_prompt)
+
     @torch.inference_mode()
-    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs) -> tuple[torch.Tensor, Seq2SeqState]:
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+    def start(
+        self, enc: Encoded, prefix: Sequence[int], costs: Costs, prompt: Sequence[int] | None = None
+    ) -> tuple[torch.Tensor, Seq2SeqState]:
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # lazy: heavy, MT only
 
         mask = enc.extra if isinstance(enc.extra, torch.Tensor) else torch.ones(enc.frames.shape[:2], dtype=torch.long)
         state = Seq2SeqState(EncoderDecoderCache(DynamicCache(), DynamicCache()), enc.frames, mask.to(self.device), 1)
-        ids = torch.tensor([[*self.prompt, *(int(t) for t in prefix)]], dtype=torch.long, device=self.device)
+        prompt = self.decoder_prompt if prompt is None else prompt
+        ids = torch.tensor([[*prompt, *(int(t) for t in prefix)]], dtype=torch.long, device=self.device)
         return self._forward(state, ids, costs)[0], state
 
     def expand(self, state: Seq2SeqState, batch: int) -> Seq2SeqState:
@@ -271,7 +278,7 @@ def load_hf_mt(
     Raises:
         ModelLoadError: the model cannot be found or is not an encoder-decoder MT model.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # lazy: heavy, only neural MT needs it
 
     path = Path(name_or_dir).expanduser()
     source = str(path) if path.exists() else name_or_dir

@@ -1,0 +1,33 @@
+"""AlignAtt (Papi, Negri, Turchi, Interspeech 2023), the policy SimulStreaming and WhisperLiveKit use by default.
+
+The search of each chunk stops before the first token whose cross-attention (the alignment heads, summed) peaks
+within the last F encoder frames of the audio read (:class:`~simulst.search.alignatt.AlignAttRule`, the policy's
+stop rule); everything searched before that point is committed, cut back to a whole word by the stream. Works
+with greedy and beam search (the rule is asked about the best beam), with the full and the audio-sized window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simulst.policies.base import Policy, PolicyContext, PolicyState
+from simulst.search.alignatt import AlignAttRule
+from simulst.search.stopping import StopRule
+from simulst.types import Hypothesis
+
+
+class AlignAtt(Policy):
+    """Commit the chunk's best hypothesis (its search stopped where the attention reached the audio's end).
+
+    Args:
+        frames: F, the frame threshold of the stop rule.
+    """
+
+    def __init__(self, frames: int) -> None:
+        self.rule = AlignAttRule(frames)
+
+    def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
+        return tuple(hyps[0].tokens)
+
+    def stop_rule(self) -> StopRule:
+        return self.rule

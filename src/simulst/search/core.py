@@ -1,0 +1,338 @@
+"""The one search core: a beam search over weighted scorers, with the algorithm's decisions in a step rule.
+
+Every search of simulst - greedy, length-normalised beam search, joint CTC/attention search, BWBS, IBWBS, improved
+IBWBS, CMU's rewinding step - is the same loop (after openai/whisper's ``decoding.py`` and ESPnet's scorer
+interface: small interfaces built once, a plain loop)::
+
+    for each step (at most the chunk's token budget):
+        rule.stop_before(beams)?       -> the search of this chunk ends (the CTC end test, 2023 paper §2.3)
+        candidates = scores.top(beams, rule.width())   # one-token extensions, best first (weighted scorers)
+        for each candidate: rule.judge(parent, extended) -> CONTINUE | SET_ASIDE | END
+        rule.done(beams)? or budget spent -> rule.result(beams)
+        one batched decoder step over the continuing beams (their KV cache reordered)
+
+Greedy search is beam search with one beam: the best candidate continues, ``<eos>`` finishes it.
+
+The rules (what differs between the papers' algorithms):
+
+* :class:`BeamRule` - standard beam search (the papers' baseline BS): ``2K`` candidates are read, ``<eos>``
+  candidates are set aside as finished, the first K others continue; the search ends when K have finished;
+  finished hypotheses (plus the open beams when fewer finished) are ranked by score / length**length_penalty
+  (openai/whisper's rule with patience 1). With a stop check (the CTC online policy) it ends early and returns
+  its best beam first.
+* :class:`IncrementalRule` - IBWBS (Polák et al., Interspeech 2023, Alg. 2) and improved IBWBS (Polák et al., IWSLT
+  2023, Alg. 1): a beam that ends in ``<eos>`` (or repeats a token, with repetition detection; or, improved,
+  scores ≤ minScore without having been seen) is set aside into ``Stopped`` and leaves the search; the number of
+  active beams shrinks by one per stopped beam.
+* :class:`SynchronousRule` - BWBS (Tsunoo et al. 2021; Interspeech 2023 Alg. 1) and CMU's rewinding step (Yan et
+  al., IWSLT 2023, Alg. 1): K beams advance together; when any kept candidate is ``<eos>`` (or a repetition),
+  every beam is rewound two steps; at the budget the search reverts to the chunk's start.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from simulst.models.base import DecoderModel
+from simulst.search.stopping import StopCheck
+from simulst.types import Costs, Hypothesis
+
+TRIMMED_TOKENS = 2  # "remove the last two tokens" (IBWBS paper Alg. 1 l. 6, Alg. 2 l. 8; 2023 Alg. 1 l. 20)
+
+
+# --------------------------------------------------------------------------------------------- beams
+@dataclass(frozen=True)
+class Beam:
+    """One beam of a chunk's search.
+
+    Attributes:
+        tokens: output tokens, forced prefix included, ``<eos>`` excluded.
+        scores: cumulative score after each searched token (``<eos>`` included when ``finished``); the forced
+            prefix is not scored.
+        finished: the beam ended with ``<eos>``.
+    """
+
+    tokens: tuple[int, ...]
+    scores: tuple[float, ...] = ()
+    finished: bool = False
+
+    @property
+    def score(self) -> float:
+        """Sum of the searched tokens' (weighted) scores."""
+        return self.scores[-1] if self.scores else 0.0
+
+    @property
+    def n_forced(self) -> int:
+        """Length of the forced (unscored) prefix."""
+        return len(self.tokens) + int(self.finished) - len(self.scores)
+
+    def extend(self, token: int, score: float, eos_id: int) -> Beam:
+        """This beam followed by ``token`` (``<eos>`` finishes it), with cumulative ``score``."""
+        if token == eos_id:
+            return Beam(self.tokens, (*self.scores, score), True)
+        return Beam((*self.tokens, token), (*self.scores, score), False)
+
+    def normalized(self, length_penalty: float) -> float:
+        """Length-normalised score: score / (searched tokens, ``<eos>`` included)^length_penalty."""
+        return self.score / (max(1, len(self.scores)) ** length_penalty)
+
+    def drop_last(self, n: int, floor: int) -> Beam:
+        """The beam without its last ``n`` tokens (``<eos>`` counts as one), never shorter than ``floor`` tokens."""
+        positions = len(self.tokens) + int(self.finished)
+        keep = min(len(self.tokens), max(floor, positions - n))
+        if keep == len(self.tokens) and not self.finished:
+            return self
+        searched = max(0, keep - self.n_forced)
+        return Beam(self.tokens[:keep], self.scores[:searched], False)
+
+    def hypothesis(self) -> Hypothesis:
+        """As a :class:`Hypothesis` (its score: the searched tokens' scores)."""
+        return Hypothesis(self.tokens, self.score, self.finished)
+
+
+def rank(beams: Sequence[Beam], length_penalty: float) -> list[Beam]:
+    """``beams`` by length-normalised score, best first (stable)."""
+    return sorted(beams, key=lambda b: b.normalized(length_penalty), reverse=True)
+
+
+def is_repetition(beam: Beam, token: int) -> bool:
+    """Tsunoo's repetition: ``token`` already occurs in the hypothesis (ESPnet ``yseq[-1] in yseq[:-1]``)."""
+    return token in beam.tokens
+
+
+# --------------------------------------------------------------------------------------------- scorers
+@dataclass(frozen=True)
+class Candidate:
+    """A one-token extension: the beam it extends, the token, the cumulative score, its index among the scored."""
+
+    source: int
+    token: int
+    score: float
+    flat: int
+
+
+class Scores(ABC):
+    """The weighted scorers of a search: turn the decoder's next-token log-probs into ranked candidates."""
+
+    @abstractmethod
+    def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
+        """The ``n`` best extensions of ``beams`` (``logp``: (B, V) decoder log-probs), best first."""
+
+    def keep(self, chosen: Sequence[Candidate]) -> None:  # noqa: B027 - only partial scorers keep states
+        """The candidates that continue (in the order of the new beams): partial scorers keep their states."""
+
+
+class DecoderScores(Scores):
+    """The decoder alone: score(g⊕c) = score(g) + log p_att(c|g, X)."""
+
+    def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
+        scores = torch.tensor([b.score for b in beams], dtype=logp.dtype).unsqueeze(1) + logp
+        vocab = scores.shape[1]
+        values, flat = torch.topk(scores.flatten(), min(n, scores.numel()))
+        return [Candidate(f // vocab, f % vocab, v, f) for v, f in zip(values.tolist(), flat.tolist(), strict=True)]
+
+
+# --------------------------------------------------------------------------------------------- rules
+class Verdict(enum.Enum):
+    """What a rule decides about one extended beam."""
+
+    CONTINUE = "continue"  # stays in the search
+    SET_ASIDE = "set aside"  # leaves the search (finished / stopped): the rule keeps it
+    END = "end"  # the whole chunk's search ends now (rewind)
+
+
+class StepRule(ABC):
+    """The decisions of one search algorithm within the shared loop (one rule object per chunk's search)."""
+
+    ended = False  # set by a rule whose search ended early (END or a stop check)
+
+    def stop_before(self, beams: Sequence[Beam], logp: torch.Tensor, state: object) -> bool:
+        """Asked before each expansion (``state``: the beams' decoder state): True ends the search (the CTC
+        online policy's and AlignAtt's checks)."""
+        return False
+
+    @abstractmethod
+    def width(self, beams: Sequence[Beam]) -> int:
+        """How many candidates this step reads."""
+
+    @abstractmethod
+    def judge(self, parent: Beam, extended: Beam) -> Verdict:
+        """The fate of ``extended`` (``parent`` plus one candidate token)."""
+
+    def full(self, continuing: int) -> bool:
+        """True when enough beams continue: the step reads no more candidates."""
+        return False
+
+    def done(self, beams: Sequence[Beam]) -> bool:
+        """After a step with the continuing ``beams``: True ends the search."""
+        return not beams
+
+    @abstractmethod
+    def result(self, beams: Sequence[Beam]) -> list[Beam]:
+        """The search's beams, best first, when it ends with the open ``beams``."""
+
+
+class BeamRule(StepRule):
+    """Standard beam search of width K (K = 1: greedy), with an optional stop check before each expansion."""
+
+    def __init__(self, beam: int, length_penalty: float, check: StopCheck | None = None) -> None:
+        self.beam = beam
+        self.length_penalty = length_penalty
+        self.check = check
+        self.finished: list[Beam] = []
+
+    def stop_before(self, beams: Sequence[Beam], logp: torch.Tensor, state: object) -> bool:
+        self.ended = self.check is not None and self.check(beams[0].tokens, logp[0], state)
+        return self.ended
+
+    def width(self, beams: Sequence[Beam]) -> int:
+        return 2 * self.beam
+
+    def judge(self, parent: Beam, extended: Beam) -> Verdict:
+        if extended.finished:
+            self.finished.append(extended)
+            return Verdict.SET_ASIDE
+        return Verdict.CONTINUE
+
+    def full(self, continuing: int) -> bool:
+        return continuing == self.beam
+
+    def done(self, beams: Sequence[Beam]) -> bool:
+        return len(self.finished) >= self.beam or not beams
+
+    def result(self, beams: Sequence[Beam]) -> list[Beam]:
+        if self.ended:  # stopped by the check: its best beam first, then the rest
+            return [beams[0], *rank([*self.finished, *beams[1:]], self.length_penalty)][: self.beam]
+        pool = self.finished if len(self.finished) >= self.beam else [*self.finished, *beams]
+        return rank(pool, self.length_penalty)[: self.beam]
+
+
+class IncrementalRule(StepRule):
+    """IBWBS's per-beam stopping (Interspeech 2023 Alg. 2 l. 4-13); ``improved``: 2023 Alg. 1 l. 9-10.
+
+    Args:
+        beam: K, the initial number of active beams (one fewer per stopped beam).
+        repetition_detection: a repeated token stops a beam too.
+        seen: improved IBWBS's ``Seen`` (the stream's, from earlier blocks); None: plain IBWBS.
+    """
+
+    def __init__(self, beam: int, repetition_detection: bool, seen: set[tuple[int, ...]] | None = None) -> None:
+        self.active = beam
+        self.repetition_detection = repetition_detection
+        self.seen = seen
+        self.min_score = -math.inf  # l. 5: reset every block
+        self.stopped: list[Beam] = []
+
+    def width(self, beams: Sequence[Beam]) -> int:
+        return self.active
+
+    def judge(self, parent: Beam, extended: Beam) -> Verdict:
+        stop = extended.finished or (self.repetition_detection and is_repetition(parent, extended.tokens[-1]))
+        low = extended.score <= self.min_score
+        if self.seen is not None and (stop or (low and seen_key(extended) not in self.seen)):
+            self.min_score = max(self.min_score, extended.score)
+            stop = True
+        if stop:
+            self.stopped.append(extended)
+            return Verdict.SET_ASIDE
+        return Verdict.CONTINUE
+
+    def done(self, beams: Sequence[Beam]) -> bool:
+        self.active = len(beams)
+        return not beams
+
+    def result(self, beams: Sequence[Beam]) -> list[Beam]:
+        return self.stopped  # beams still active at the budget are dropped (l. 14-15)
+
+
+class SynchronousRule(StepRule):
+    """K beams advance together; an ``<eos>`` / repetition candidate rewinds them all two steps (BWBS, rewind).
+
+    ``result`` is the beams two steps before the unreliable candidate (never before the chunk's start); when the
+    budget runs out first, the beams at the chunk's start (``ended`` stays False).
+    """
+
+    def __init__(self, beam: int, repetition_detection: bool, start: Sequence[Beam]) -> None:
+        self.beam = beam
+        self.repetition_detection = repetition_detection
+        self.levels: list[Sequence[Beam]] = [start]
+
+    def width(self, beams: Sequence[Beam]) -> int:
+        return self.beam
+
+    def judge(self, parent: Beam, extended: Beam) -> Verdict:
+        if extended.finished or (self.repetition_detection and is_repetition(parent, extended.tokens[-1])):
+            self.ended = True
+            return Verdict.END
+        return Verdict.CONTINUE
+
+    def done(self, beams: Sequence[Beam]) -> bool:
+        self.levels.append(beams)
+        return not beams
+
+    def result(self, beams: Sequence[Beam]) -> list[Beam]:
+        return list(self.levels[max(0, len(self.levels) - 2)] if self.ended else self.levels[0])
+
+
+def seen_key(beam: Beam) -> tuple[int, ...]:
+    """A beam's identity in improved IBWBS's ``Seen``: its tokens, with ``<eos>`` (as -1) when finished."""
+    return (*beam.tokens, -1) if beam.finished else beam.tokens
+
+
+# --------------------------------------------------------------------------------------------- the loop
+def advance(
+    model: DecoderModel, state: object, parents: int, beams: Sequence[Beam], sources: Sequence[int], costs: Costs
+) -> tuple[torch.Tensor, object]:
+    """One batched decoder step: reorder the state of ``parents`` hypotheses to ``sources`` and feed each beam's
+    last token.
+
+    Returns the (B, V) next-token log-probabilities of ``beams`` and the new state.
+    """
+    if not (parents == 1 and list(sources) == [0]):  # one beam continuing itself (greedy) needs no reordering
+        state = model.select(state, torch.tensor(list(sources)))
+    return model.step(state, torch.tensor([b.tokens[-1] for b in beams]), costs)
+
+
+def expand(
+    model: DecoderModel,
+    state: object,
+    beams: Sequence[Beam],
+    logp: torch.Tensor,
+    budget: int,
+    costs: Costs,
+    rule: StepRule,
+    scores: Scores | None = None,
+) -> list[Beam]:
+    """Run the search loop from ``beams`` (``logp``: their (B, V) next-token log-probs, ``state``: their decoder
+    state) for at most ``budget`` >= 1 tokens; returns ``rule.result``. One decoder call per step, none after the
+    last (a token that would never be read is not fed)."""
+    scores = scores or DecoderScores()
+    beams = list(beams)
+    for step in range(budget):
+        if rule.stop_before(beams, logp, state):
+            break
+        continuing: list[Beam] = []
+        chosen: list[Candidate] = []
+        for candidate in scores.top(beams, logp, rule.width(beams)):
+            parent = beams[candidate.source]
+            extended = parent.extend(candidate.token, candidate.score, model.eos_id)
+            verdict = rule.judge(parent, extended)
+            if verdict is Verdict.END:
+                return rule.result(beams)
+            if verdict is Verdict.CONTINUE:
+                continuing.append(extended)
+                chosen.append(candidate)
+                if rule.full(len(continuing)):
+                    break
+        parents, beams = len(beams), continuing
+        if rule.done(beams) or step + 1 == budget:
+            break
+        scores.keep(chosen)
+        logp, state = advance(model, state, parents, beams, [c.source for c in chosen], costs)
+    return rule.result(beams)

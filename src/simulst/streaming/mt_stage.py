@@ -1,0 +1,127 @@
+"""The onlinized MT stage of a cascade: committed source text in, committed target text out.
+
+The stage is onlinized like the ASR :class:`~simulst.streaming.session.Session` (Polák et al., IWSLT 2022, §3), on the
+same commit path (:mod:`simulst.streaming.commit`): for
+every new committed source increment (an ASR emission) it translates the whole committed source prefix, continuing
+its own committed target tokens (forced decoding; a black-box backend aligns a fresh translation to them), and a
+policy picks the stable prefix of the hypotheses; what extends the committed target, cut back to whole words, is
+emitted and never changed. When the source ends, the full source is translated once more and the best hypothesis
+is committed whole, so a source that arrives at once is translated exactly as offline MT translates it.
+
+Times are on the *audio* timeline: a target emission carries the ``source_ms`` of the ASR emission that triggered
+it, and as ``elapsed_ms`` that emission's computation-aware time plus the MT compute this stream has spent so far
+(the two stages run one after the other, so each one's compute delays everything after it)::
+
+    stage = MTStage(backend, MTOptions(policy=PolicyOptions.parse("la-2")))
+    for asr_emission in asr_emissions:
+        for target in stage.push(asr_emission.text, asr_emission.source_ms, asr_emission.elapsed_ms):
+            print(target.text, end="")
+    stage.finish("", source_ms=total_ms, elapsed_ms=total_ms + asr_compute_ms)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from simulst.errors import SimulstError
+from simulst.models.base import Tokenizer
+from simulst.mt.backend import MTBackend, MTRequest
+from simulst.mt.options import MTOptions
+from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
+from simulst.search import Searcher, SearchState, make_searcher
+from simulst.streaming.commit import Output, OutputView, target_tokens
+from simulst.types import Costs, Emission, Hypothesis
+
+
+@dataclass
+class MTStageState:
+    """All mutable data of one stream's MT stage.
+
+    Attributes:
+        source: the committed source text received so far (increments concatenated).
+        output: the committed target tokens, text and emissions.
+        policy: the policy's history.
+        search: what the searches carry across steps.
+        costs: the MT stage's own work counters (``compute_s`` is MT compute only).
+        steps: number of translations of a non-final source prefix.
+        last_source: the source of the last translation (a prefix is never translated twice).
+        finished: True after :meth:`MTStage.finish`.
+    """
+
+    source: str = ""
+    output: Output = field(default_factory=Output)
+    policy: PolicyState = field(default_factory=PolicyState)
+    search: SearchState = field(default_factory=SearchState)
+    costs: Costs = field(default_factory=Costs)
+    steps: int = 0
+    last_source: str = ""
+    finished: bool = False
+
+
+class MTStage(OutputView):
+    """One stream's MT stage over a shared backend: ``push(source increment) -> target emissions``, ``finish()``."""
+
+    state: MTStageState
+
+    def __init__(self, backend: MTBackend, options: MTOptions | None = None) -> None:
+        self.backend = backend
+        self.options = options or MTOptions()
+        self.policy: Policy = make_policy(self.options.policy, chunk_ms=None)  # wait-k counts source words
+        self.searcher: Searcher = make_searcher(self.options.search, self.policy.stop_rule())
+        self.state = MTStageState()
+
+    # ------------------------------------------------------------------------------------ public API
+    @property
+    def source_text(self) -> str:
+        """The source text received so far."""
+        return self.state.source
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The backend's target tokenizer."""
+        return self.backend.tokenizer
+
+    def push(self, increment: str, source_ms: float, elapsed_ms: float) -> list[Emission]:
+        """Read a committed source increment (its text, as the ASR emitted it) stamped with the audio time
+        ``source_ms`` and computation-aware time ``elapsed_ms`` at which it was committed."""
+        st = self.state
+        if st.finished:
+            raise SimulstError("this MT stage has finished; start a new one for a new source")
+        st.source += increment
+        source = _normalise(st.source)
+        if not source or source == st.last_source or not self.policy.commits_early:
+            return []
+        st.last_source = source
+        return self._step(source, source_ms, elapsed_ms, final=False)
+
+    def finish(self, increment: str, source_ms: float, elapsed_ms: float) -> list[Emission]:
+        """The source has ended (after ``increment``, possibly empty): translate it all and commit the best
+        hypothesis whole (no policy)."""
+        st = self.state
+        if st.finished:
+            return []
+        st.finished = True
+        st.source += increment
+        source = _normalise(st.source)
+        if not source:
+            return []
+        return self._step(source, source_ms, elapsed_ms, final=True)
+
+    # ------------------------------------------------------------------------------------ internals
+    def _step(self, source: str, source_ms: float, elapsed_ms: float, final: bool) -> list[Emission]:
+        st = self.state
+        start = time.perf_counter()
+        request = MTRequest(source, tuple(st.output.committed), final, self.options, self.searcher, st.search)
+        hyps: list[Hypothesis] = self.backend.translate(request, st.costs)
+        if hyps and not final:
+            st.steps += 1
+        context = PolicyContext(self.tokenizer, source_words=len(source.split()))
+        target = target_tokens(hyps, final, st.output.committed, self.policy, st.policy, context)
+        st.costs.compute_s += time.perf_counter() - start
+        emission = st.output.commit(target, self.tokenizer, source_ms, elapsed_ms + st.costs.compute_s * 1000.0, final)
+        return [] if emission is None else [emission]
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split())
