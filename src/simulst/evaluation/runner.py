@@ -186,6 +186,7 @@ def run_instance(
         "decoder_positions": costs.decoder_positions,
         "encoder_calls": costs.encoder_calls,
         "encoder_frames": costs.encoder_frames,
+        "extra": dict(costs.extra),
     }
     if item.tgt_lang:
         info["tgt_lang"] = item.tgt_lang

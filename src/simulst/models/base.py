@@ -148,6 +148,15 @@ class AlignedDecoder(DecoderModel, Protocol):
 
 
 @runtime_checkable
+class SpeechJudge(Protocol):
+    """A speech model that says how likely its window holds no speech (Whisper's ``no_speech_prob``)."""
+
+    def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
+        """P(no speech) of the encoding (its decoder passes counted in ``costs``)."""
+        ...
+
+
+@runtime_checkable
 class SpeechModel(DecoderModel, Protocol):
     """A speech-to-text model: an encoder over audio plus a :class:`DecoderModel`."""
 

@@ -143,6 +143,10 @@ class WhisperModel:
         self.multilingual = self.vocab_size >= 51865
         self.sot_id = tokenizer.token_id("<|startoftranscript|>")
         self.no_timestamps_id = tokenizer.token_id("<|notimestamps|>")
+        try:  # English-only checkpoints name the token <|nocaptions|>
+            self.no_speech_id = tokenizer.token_id("<|nospeech|>")
+        except ModelLoadError:
+            self.no_speech_id = tokenizer.token_id("<|nocaptions|>")
         self.language_ids = self._language_ids() if self.multilingual else {}
         if not self.multilingual and (task != "transcribe" or language not in (None, "en")):
             raise OptionError(
@@ -195,6 +199,12 @@ class WhisperModel:
         logits, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
         ids = torch.tensor(list(self.language_ids.values()), device=self.device)
         return int(ids[torch.argmax(logits[0, -1, ids])])
+
+    def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
+        """P(``<|nospeech|>``) right after ``<|startoftranscript|>``: openai/whisper's ``no_speech_prob``, the
+        model's own judgement that the window holds no speech (one one-token decoder pass)."""
+        logits, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
+        return float(torch.softmax(logits[0, -1].float(), dim=-1)[self.no_speech_id])
 
     # ----------------------------------------------------------------------------------- encoder
     def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:

@@ -31,7 +31,7 @@ import numpy as np
 from simulst.audio.io import check_audio, is_silent
 from simulst.config import StreamOptions
 from simulst.errors import AudioError, InputTooLongError
-from simulst.models.base import SpeechModel
+from simulst.models.base import Encoded, SpeechJudge, SpeechModel
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
 from simulst.search import Query, Searcher, SearchState, make_searcher
 from simulst.streaming.commit import Output, OutputView, target_tokens
@@ -158,6 +158,8 @@ class Session(OutputView):
         else:
             hyps = self._search(audio, final)
         st.last_decoded, st.last_hyps = samples, hyps
+        if hyps and not final and self._unsure(hyps[0]):
+            hyps = []
         if hyps and not final:
             st.chunks += 1
         target = target_tokens(hyps, final, st.output.committed, self.policy, st.policy, self.context)
@@ -166,9 +168,33 @@ class Session(OutputView):
         elapsed_ms = source_ms + st.costs.compute_s * 1000.0
         return st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, final)
 
+    def _unsure(self, best: Hypothesis) -> bool:
+        """The low-confidence guard: the best hypothesis's new tokens have a mean log-probability below the
+        threshold (nothing is committed from this chunk)."""
+        threshold = self.options.logprob_threshold
+        searched = len(best.tokens) - len(self.state.output.committed) + int(best.finished)
+        if threshold is None or searched <= 0 or best.score / searched >= threshold:
+            return False
+        extra = self.state.costs.extra
+        extra["unsure_skips"] = extra.get("unsure_skips", 0) + 1
+        return True
+
+    def _judged_silent(self, enc: Encoded) -> bool:
+        """The no-speech guard: True when the model judges the encoding to hold no speech (nothing committed)."""
+        threshold = self.options.no_speech_threshold
+        if threshold is None or not isinstance(self.model, SpeechJudge):
+            return False
+        if self.model.no_speech_prob(enc, self.state.costs) <= threshold:
+            return False
+        extra = self.state.costs.extra
+        extra["no_speech_skips"] = extra.get("no_speech_skips", 0) + 1
+        return True
+
     def _search(self, audio: np.ndarray, final: bool) -> list[Hypothesis]:
         st = self.state
         enc = self.model.encode(audio, st.costs)
+        if not final and self._judged_silent(enc):
+            return []
         if st.prompt is None:  # fixed once per stream: a multilingual model detects the language here
             st.prompt = tuple(self.model.prompt(enc, st.costs))
         seconds = audio.shape[0] / self.model.sample_rate

