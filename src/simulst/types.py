@@ -64,6 +64,10 @@ class Costs:
     compute_s: float = 0.0
     extra: dict[str, int] = field(default_factory=dict)
 
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to the named counter of ``extra`` (e.g. ``ctc_stops``, ``no_speech_skips``)."""
+        self.extra[name] = self.extra.get(name, 0) + n
+
     def add(self, other: Costs) -> None:
         """Accumulate another counter into this one."""
         self.decoder_calls += other.decoder_calls
@@ -72,4 +76,4 @@ class Costs:
         self.encoder_frames += other.encoder_frames
         self.compute_s += other.compute_s
         for k, v in other.extra.items():
-            self.extra[k] = self.extra.get(k, 0) + v
+            self.count(k, v)

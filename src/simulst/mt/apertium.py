@@ -193,7 +193,7 @@ class ApertiumMT(MTBackend):
         return " ".join(done.stdout.split())
 
     def translate(self, request: MTRequest, costs: Costs) -> list[Hypothesis]:
-        costs.extra["apertium_calls"] = costs.extra.get("apertium_calls", 0) + 1
+        costs.count("apertium_calls")
         prefix = request.prefix
         words = self.translate_raw(request.source).split()
         committed = [self._tokenizer.word(t) for t in prefix]

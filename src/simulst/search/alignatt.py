@@ -54,8 +54,7 @@ class _AttentionCheck(StopCheck):
     def __call__(self, tokens: Sequence[int], next_log_probs: torch.Tensor, state: object) -> bool:
         peak = int(torch.argmax(self.model.alignment(state)[0]))
         stop = peak >= self.limit
-        extra = self.costs.extra
-        extra["alignatt_checks"] = extra.get("alignatt_checks", 0) + 1
+        self.costs.count("alignatt_checks")
         if stop:
-            extra["alignatt_stops"] = extra.get("alignatt_stops", 0) + 1
+            self.costs.count("alignatt_stops")
         return stop

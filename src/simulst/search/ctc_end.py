@@ -166,7 +166,7 @@ class _WordCheck(_EndCheck):
 
 
 def _count(costs: Costs, stop: bool) -> bool:
-    costs.extra["ctc_checks"] = costs.extra.get("ctc_checks", 0) + 1
+    costs.count("ctc_checks")
     if stop:
-        costs.extra["ctc_stops"] = costs.extra.get("ctc_stops", 0) + 1
+        costs.count("ctc_stops")
     return stop

@@ -175,8 +175,7 @@ class Session(OutputView):
         searched = len(best.tokens) - len(self.state.output.committed) + int(best.finished)
         if threshold is None or searched <= 0 or best.score / searched >= threshold:
             return False
-        extra = self.state.costs.extra
-        extra["unsure_skips"] = extra.get("unsure_skips", 0) + 1
+        self.state.costs.count("unsure_skips")
         return True
 
     def _judged_silent(self, enc: Encoded) -> bool:
@@ -186,8 +185,7 @@ class Session(OutputView):
             return False
         if self.model.no_speech_prob(enc, self.state.costs) <= threshold:
             return False
-        extra = self.state.costs.extra
-        extra["no_speech_skips"] = extra.get("no_speech_skips", 0) + 1
+        self.state.costs.count("no_speech_skips")
         return True
 
     def _search(self, audio: np.ndarray, final: bool) -> list[Hypothesis]:
