@@ -35,6 +35,19 @@ COLUMNS = ["config", "chunk_ms", "guards", "BLEU", "chrF", "AL", "LAAL", "AL_CA"
            "no_speech_skips", "unsure_skips", "empty"]
 
 
+READING = "## Reading"
+
+
+def _number(text: str) -> Any:
+    """A CSV cell back as int / float where it is one."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
 def items_by_language() -> dict[str, list[TestItem]]:
     """The de / fr utterances of fleurs-multi up to 30 s, with their English references."""
     references = dict(line.split("\t", 1) for line in
@@ -54,11 +67,16 @@ def main() -> None:
     parser.add_argument("--chunks", default="1000", help="chunk sizes in ms, comma-separated")
     parser.add_argument("--window", default="full", choices=("full", "audio"))
     parser.add_argument("--out", default="fleurs_x2en")
+    parser.add_argument("--append", action="store_true", help="keep the rows already in OUT.csv and add these")
     args = parser.parse_args()
     sets = items_by_language()
     engines = {lang: SpeechEngine.load(ModelOptions("whisper-base", language=lang, task="translate",
                                                     window=args.window)) for lang in LANGUAGES}
     rows: list[dict[str, Any]] = []
+    csv_path, md_path = RESULTS / f"{args.out}.csv", RESULTS / f"{args.out}.md"
+    if args.append and csv_path.is_file():
+        with csv_path.open(encoding="utf-8") as f:
+            rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
     for spec in args.configs.split(","):
         policy_spec, _, flag = spec.partition("/")
         policy = PolicyOptions.parse(policy_spec)
@@ -102,8 +120,11 @@ def main() -> None:
         f"Run: {machine_note()}.\n\n"
     )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.md").write_text(header + markdown_table(rows, COLUMNS) + "\n")
-    with (RESULTS / f"{args.out}.csv").open("w", newline="", encoding="utf-8") as f:
+    # the hand-written reading below the table survives re-runs (re-check it against the new numbers)
+    old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
+    reading = "\n" + old[old.index(READING) :] if READING in old else ""
+    md_path.write_text(header + markdown_table(rows, COLUMNS) + "\n" + reading, encoding="utf-8")
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
