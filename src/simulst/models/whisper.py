@@ -166,6 +166,9 @@ class WhisperModel:
             for head in range(self.dims.decoder_attention_heads)
         ]
         self.alignment_heads: list[tuple[int, int]] = [(int(layer), int(head)) for layer, head in listed]
+        self._alignment_by_layer: dict[int, list[int]] = {}
+        for layer, head in self.alignment_heads:
+            self._alignment_by_layer.setdefault(layer, []).append(head)
         self.options = ModelOptions(None, device, language, task, window, window_pad_ms, precision)
         self.max_source_samples = self.dims.max_source_positions * 2 * HOP_LENGTH
         self.max_length = self.dims.max_target_positions // 2
@@ -196,15 +199,19 @@ class WhisperModel:
 
     def detect_language(self, enc: Encoded, costs: Costs) -> int:
         """The most probable language token after ``<|startoftranscript|>`` (one decoder pass)."""
-        logits, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
+        logits = self._after_start_token(enc, costs)
         ids = torch.tensor(list(self.language_ids.values()), device=self.device)
-        return int(ids[torch.argmax(logits[0, -1, ids])])
+        return int(ids[torch.argmax(logits[ids])])
 
     def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
         """P(``<|nospeech|>``) right after ``<|startoftranscript|>``: openai/whisper's ``no_speech_prob``, the
         model's own judgement that the window holds no speech (one one-token decoder pass)."""
+        return float(torch.softmax(self._after_start_token(enc, costs).float(), dim=-1)[self.no_speech_id])
+
+    def _after_start_token(self, enc: Encoded, costs: Costs) -> torch.Tensor:
+        """(V,) raw logits of the token after ``<|startoftranscript|>`` (one one-token decoder pass)."""
         logits, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
-        return float(torch.softmax(logits[0, -1].float(), dim=-1)[self.no_speech_id])
+        return logits[0, -1]
 
     # ----------------------------------------------------------------------------------- encoder
     def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
@@ -235,20 +242,13 @@ class WhisperModel:
         batch = tokens.shape[0]
         if batch > 1:
             cross = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in cross]
-        heads = self._alignment_by_layer if alignment is not None else None
+        heads = self._alignment_by_layer if alignment is not None else None  # grouped once, in __init__
         with torch.inference_mode():
             logits, new_cache = self.net.model.decoder(tokens, offset, cache, cross, last_only=True,
                                                        alignment_heads=heads, alignment=alignment)
         costs.decoder_calls += 1
         costs.decoder_positions += tokens.numel()
         return logits, new_cache
-
-    @property
-    def _alignment_by_layer(self) -> dict[int, list[int]]:
-        by_layer: dict[int, list[int]] = {}
-        for layer, head in self.alignment_heads:
-            by_layer.setdefault(layer, []).append(head)
-        return by_layer
 
     def alignment(self, state: WhisperState) -> torch.Tensor:
         """(B, T) cross-attention of the alignment heads from each hypothesis's last position (AlignAtt)."""

@@ -66,8 +66,3 @@ class BeamSearch(Searcher):
         rule = BeamRule(self.beam, self.length_penalty, check)
         beams = expand(model, decoder, [Beam(prefix)], logp.unsqueeze(0), query.max_new_tokens, costs, rule, scores)
         return [b.hypothesis() for b in beams]
-
-
-def greedy() -> BeamSearch:
-    """Greedy search: the arg-max token until ``<eos>`` or the budget."""
-    return BeamSearch(1)

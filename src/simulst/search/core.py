@@ -106,6 +106,12 @@ def is_repetition(beam: Beam, token: int) -> bool:
     return token in beam.tokens
 
 
+def is_unreliable(parent: Beam, extended: Beam, repetition_detection: bool) -> bool:
+    """Tsunoo's end detection for ``parent`` extended by one token: ``<eos>``, or a repetition when detection is
+    on."""
+    return extended.finished or (repetition_detection and is_repetition(parent, extended.tokens[-1]))
+
+
 # --------------------------------------------------------------------------------------------- scorers
 @dataclass(frozen=True)
 class Candidate:
@@ -233,7 +239,7 @@ class IncrementalRule(StepRule):
         return self.active
 
     def judge(self, parent: Beam, extended: Beam) -> Verdict:
-        stop = extended.finished or (self.repetition_detection and is_repetition(parent, extended.tokens[-1]))
+        stop = is_unreliable(parent, extended, self.repetition_detection)
         low = extended.score <= self.min_score
         if self.seen is not None and (stop or (low and seen_key(extended) not in self.seen)):
             self.min_score = max(self.min_score, extended.score)
@@ -267,7 +273,7 @@ class SynchronousRule(StepRule):
         return self.beam
 
     def judge(self, parent: Beam, extended: Beam) -> Verdict:
-        if extended.finished or (self.repetition_detection and is_repetition(parent, extended.tokens[-1])):
+        if is_unreliable(parent, extended, self.repetition_detection):
             self.ended = True
             return Verdict.END
         return Verdict.CONTINUE

@@ -13,25 +13,32 @@ from simulst.types import Emission
 Emit = Callable[[Emission, float], None]
 
 
+class _Collector:
+    """Gathers a stream's emissions and hands each to ``emit`` with the wall-clock ms since the feeding began."""
+
+    def __init__(self, emit: Emit | None) -> None:
+        self.emit = emit
+        self.start = time.perf_counter()
+        self.emissions: list[Emission] = []
+
+    def __call__(self, emissions: list[Emission]) -> None:
+        for emission in emissions:
+            self.emissions.append(emission)
+            if self.emit is not None:
+                self.emit(emission, (time.perf_counter() - self.start) * 1000.0)
+
+
 def feed_fast(stream: Stream, audio: np.ndarray, emit: Emit | None = None) -> list[Emission]:
     """Computation-unaware: push ``audio`` chunk by chunk as fast as the model goes, then finish the stream.
 
     ``emit(emission, wall_ms)`` is called for each emission as it is made; returns all emissions.
     """
-    start = time.perf_counter()
-    out: list[Emission] = []
+    collect = _Collector(emit)
     step = stream.chunk_samples
-
-    def collect(emissions: list[Emission]) -> None:
-        for emission in emissions:
-            out.append(emission)
-            if emit is not None:
-                emit(emission, (time.perf_counter() - start) * 1000.0)
-
     for pos in range(0, audio.shape[0], step):
         collect(stream.push(audio[pos : pos + step]))
     collect(stream.finish())
-    return out
+    return collect.emissions
 
 
 def feed_realtime(stream: Stream, audio: np.ndarray, emit: Emit | None = None) -> list[Emission]:
@@ -40,15 +47,8 @@ def feed_realtime(stream: Stream, audio: np.ndarray, emit: Emit | None = None) -
     ``emit(emission, wall_ms)`` is called for each emission as it is made; returns all emissions.
     """
     rate = stream.sample_rate
-    start = time.perf_counter()
-    out: list[Emission] = []
-
-    def collect(emissions: list[Emission]) -> None:
-        for emission in emissions:
-            out.append(emission)
-            if emit is not None:
-                emit(emission, (time.perf_counter() - start) * 1000.0)
-
+    collect = _Collector(emit)
+    start = collect.start
     pos = 0
     total = audio.shape[0]
     while pos < total:
@@ -60,4 +60,4 @@ def feed_realtime(stream: Stream, audio: np.ndarray, emit: Emit | None = None) -
         else:
             time.sleep(max(0.001, min(total, stream.next_decode) / rate - now))
     collect(stream.finish())
-    return out
+    return collect.emissions
