@@ -6,7 +6,9 @@ hold-n / wait-k on the Apertium outputs). BLEU and chrF against the offline casc
 onlinization alone) and against the human references ``../shared/data/references.es.tsv``; AL / LAAL / AL_CA on
 the audio timeline (word delays = the source_ms / elapsed_ms of the emission that wrote each word; |Y*| = the
 reference's word count, SimulEval's convention). Also writes jfk's translated speech (espeak-ng) to
-``out/cascade/jfk.es.wav`` (git-ignored) and reports its duration, RMS, StartOffset / EndOffset.
+``out/cascade/jfk.es.wav`` (git-ignored) and reports its duration, RMS, StartOffset / EndOffset, and scores the
+translated speech of every utterance with ASR-BLEU (CMU IWSLT 2023): the multilingual Whisper base transcribes
+the synthesised Spanish.
 
 The simultaneous ASR runs once per utterance; its emissions are then replayed through each MT configuration,
 which is exactly what a :class:`~simulst.streaming.cascade.CascadeSession` does (the MT stage only sees ASR
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATA, Item, english_set, machine_note, markdown_table
 from simulst.config import PolicyOptions, StreamOptions
+from simulst.evaluation.asr_bleu import asr_bleu, normalize_for_asr_bleu
 from simulst.evaluation.latency import average_lagging, length_adaptive_average_lagging, reference_length
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import SpeechModel
@@ -163,6 +166,39 @@ def speak_jfk(item: Item, run: MtRun) -> dict[str, object]:
     return info
 
 
+def speech_of(synthesizer: EspeakSynthesizer, emissions: Sequence[Emission], source_ms: float) -> np.ndarray:
+    """The translated speech of one utterance: each emission placed at its source time (source clock)."""
+    speech = SpeechOutput(synthesizer, clock="source")
+    for e in emissions:
+        speech.add(e)
+    return speech.timeline.render(min_ms=source_ms)
+
+
+def asr_bleu_rows(items: Sequence[Item], offline: Sequence[str], online: Sequence[MtRun],
+                  refs: Sequence[str]) -> tuple[list[dict[str, object]], dict[str, list[str]]]:
+    """ASR-BLEU of the offline and the simultaneous (MT LA-2) cascades' Spanish speech, transcribed by the
+    multilingual Whisper base (offline, greedy), next to the BLEU of the same texts normalised the same way."""
+    synthesizer = EspeakSynthesizer("es")
+    asr = load_model("whisper-base", language="es", task="transcribe")
+    norm_refs = [normalize_for_asr_bleu(r) for r in refs]
+    outputs = {
+        "offline cascade": (list(offline),
+                            [speech_of(synthesizer, [Emission(text, (), 0.0, 0.0, final=True)], i.source_ms)
+                             for i, text in zip(items, offline, strict=True)]),
+        "simultaneous cascade (MT la-2)": ([r.text for r in online],
+                                           [speech_of(synthesizer, r.emissions, i.source_ms)
+                                            for i, r in zip(items, online, strict=True)]),
+    }
+    rows, transcripts = [], {}
+    for name, (texts, speech) in outputs.items():
+        score, heard = asr_bleu(speech, refs, asr, synthesizer.sample_rate)
+        text_bleu, _ = corpus_scores([normalize_for_asr_bleu(t) for t in texts], norm_refs)
+        transcripts[name] = heard
+        rows.append({"output": name, "BLEU_text_normalised": text_bleu, "ASR-BLEU": score,
+                     "speech_s": sum(a.shape[0] for a in speech) / synthesizer.sample_rate})
+    return rows, transcripts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunk-ms", type=float, default=1000.0)
@@ -204,19 +240,21 @@ def main() -> None:
         assert [e.source_ms for e in cascade.emissions] == [e.source_ms for e in replayed.emissions]
 
     speech = speak_jfk(items[0], per_policy["la-2"][0])
+    asr_bleu_table = asr_bleu_rows(items, offline, per_policy["la-2"], refs)
     source_wer = {
         "offline": wer([r.text for r in offline_asr], [i.transcript for i in items], normalize_for_wer),
         asr_name: wer([r.text for r in online_asr], [i.transcript for i in items], normalize_for_wer),
     }
     asr_compute = statistics.fmean(r.costs.compute_s for r in online_asr)
     write_results(rows, items, offline_asr, online_asr, offline, per_policy, refs, speech, source_wer, asr_name,
-                  asr_compute, time.time() - started)
+                  asr_compute, asr_bleu_table, time.time() - started)
 
 
 def write_results(rows: list[dict[str, object]], items: Sequence[Item], offline_asr: Sequence[AsrRun],
                   online_asr: Sequence[AsrRun], offline: Sequence[str], per_policy: dict[str, list[MtRun]],
                   refs: Sequence[str], speech: dict[str, object], source_wer: dict[str, float], asr_name: str,
-                  asr_compute_s: float, wall_s: float) -> None:
+                  asr_compute_s: float, asr_bleu_table: tuple[list[dict[str, object]], dict[str, list[str]]],
+                  wall_s: float) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with (RESULTS / "cascade_en_es.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -263,9 +301,7 @@ def write_results(rows: list[dict[str, object]], items: Sequence[Item], offline_
         "## Translated speech of jfk (simultaneous cascade, MT LA-2; espeak-ng `es`)",
         "",
         "Each committed translated increment is synthesised and placed at max(end of the previous audio, its "
-        "emission time) (CMU IWSLT 2023 §3.3). The wav files are written to `out/cascade/` (not committed). "
-        "ASR-BLEU needs a Spanish ASR, which is not available offline (Whisper tiny.en is English-only), so it is "
-        "not reported here; `simulst.evaluation.asr_bleu` computes it with any target-language SpeechModel.",
+        "emission time) (CMU IWSLT 2023 §3.3). The wav files are written to `out/cascade/` (not committed).",
         "",
         "| clock | file | rate | duration s | speech s | segments | RMS | peak | StartOffset s | EndOffset s |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -277,10 +313,25 @@ def write_results(rows: list[dict[str, object]], items: Sequence[Item], offline_
             f"{info['segments']} | {info['rms']:.3f} | {info['peak']:.3f} | {info['StartOffset_s']:.2f} | "
             f"{info['EndOffset_s']:.2f} |"
         )
+    asr_rows, heard = asr_bleu_table
     lines += [
         "",
         "`source` clock: a segment may start at its emission's source time (computation-unaware); `elapsed`: at its "
         "emission's computation-aware time plus the synthesis time.",
+        "",
+        "## ASR-BLEU of the translated speech",
+        "",
+        "Every utterance's Spanish output synthesised with espeak-ng `es` (source clock: each committed increment "
+        "at its emission time; the offline cascade as one segment), transcribed by the multilingual Whisper base "
+        "(`--model whisper-base --language es`, task transcribe, offline greedy), scored with sacreBLEU against "
+        "`references.es.tsv`; transcripts and references lower-cased without punctuation "
+        "(`simulst.evaluation.asr_bleu`). `BLEU_text_normalised`: the same texts before speech, normalised the same "
+        "way — the gap is what synthesis + recognition lose.",
+        "",
+        markdown_table(asr_rows, ["output", "BLEU_text_normalised", "ASR-BLEU", "speech_s"]),
+        "",
+        "What Whisper heard (simultaneous cascade): "
+        + " / ".join(heard["simultaneous cascade (MT la-2)"]),
         "",
         "## Outputs (MT LA-2)",
         "",

@@ -22,6 +22,7 @@ from typing import Any
 
 from simulst.config import ModelOptions, PolicyOptions, StreamOptions
 from simulst.evaluation.manifest import TestItem
+from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.runner import EvalOptions, run_instance
 from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
@@ -36,6 +37,7 @@ COLUMNS = ["config", "chunk_ms", "guards", "BLEU", "chrF", "AL", "LAAL", "AL_CA"
 
 
 READING = "## Reading"
+RUN_PREFIX = "* Run "
 
 
 def _number(text: str) -> Any:
@@ -68,15 +70,18 @@ def main() -> None:
     parser.add_argument("--window", default="full", choices=("full", "audio"))
     parser.add_argument("--out", default="fleurs_x2en")
     parser.add_argument("--append", action="store_true", help="keep the rows already in OUT.csv and add these")
+    parser.add_argument("--plot-only", action="store_true", help="only redraw the plots from OUT.csv")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(args.out, _read_rows(RESULTS / f"{args.out}.csv"))
+        return
     sets = items_by_language()
     engines = {lang: SpeechEngine.load(ModelOptions("whisper-base", language=lang, task="translate",
                                                     window=args.window)) for lang in LANGUAGES}
     rows: list[dict[str, Any]] = []
     csv_path, md_path = RESULTS / f"{args.out}.csv", RESULTS / f"{args.out}.md"
     if args.append and csv_path.is_file():
-        with csv_path.open(encoding="utf-8") as f:
-            rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        rows = _read_rows(csv_path)
     for spec in args.configs.split(","):
         policy_spec, _, flag = spec.partition("/")
         policy = PolicyOptions.parse(policy_spec)
@@ -117,17 +122,38 @@ def main() -> None:
         "unit, mean over utterances, source clock; AL_CA adds the stream's compute); RTF = compute / audio; "
         "guards: the no-speech (P > 0.6) and low-confidence (mean log-prob < -1.5) chunk guards; *_skips: "
         "chunks they kept from committing.\n\n"
-        f"Run: {machine_note()}.\n\n"
     )
     RESULTS.mkdir(exist_ok=True)
-    # the hand-written reading below the table survives re-runs (re-check it against the new numbers)
+    # the hand-written reading below the table survives re-runs (re-check it against the new numbers), and with
+    # --append the notes of the earlier runs do too
     old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
+    runs = [line for line in old.splitlines() if line.startswith(RUN_PREFIX)] if args.append else []
+    runs.append(f"{RUN_PREFIX}{len(runs) + 1} ({args.configs}; {args.chunks} ms): {machine_note()}.")
+    header += "\n".join(runs) + "\n\n"
     reading = "\n" + old[old.index(READING) :] if READING in old else ""
     md_path.write_text(header + markdown_table(rows, COLUMNS) + "\n" + reading, encoding="utf-8")
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    plot(args.out, rows)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def plot(out: str, rows: list[dict[str, Any]]) -> None:
+    """BLEU against AL / LAAL / AL_CA, one curve per policy (guards off: its own curve), labels = chunk ms:
+    ``bench/results/OUT_plots/``."""
+    folder = RESULTS / f"{out}_plots"
+    folder.mkdir(exist_ok=True)
+    points = [{"policy": str(r["config"]) + (" (no guards)" if r["guards"] == "off" else ""),
+               "chunk_ms": r["chunk_ms"], "BLEU": r["BLEU"],
+               **{m: r[m] * 1000.0 for m in ("AL", "LAAL", "AL_CA")}} for r in rows]
+    for path in plot_sweep(points, folder, "BLEU", title="Whisper base X→English (de+fr), BLEU vs latency"):
+        print("wrote", path.relative_to(RESULTS.parent.parent))
 
 
 if __name__ == "__main__":

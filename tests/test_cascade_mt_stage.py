@@ -181,7 +181,7 @@ def test_never_retracts(words: list[str], cuts: list[int], policy: str, revise: 
     for i, inc in enumerate(increments[:-1]):
         for e in stage.push(inc, 1000.0 * i, 1000.0 * i):
             shown += e.text
-            assert stage.text == shown  # the output only grows
+        assert stage.text == shown  # the output only grows
     for e in stage.finish(increments[-1], 1e4, 1e4):
         shown += e.text
     assert shown == stage.text

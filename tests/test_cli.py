@@ -138,9 +138,35 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str],
 
 @pytest.mark.real
 @needs_shared
-def test_too_long_audio_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(["transcribe", str(DATA / "audio" / "fleurs-multi" / "fleurs-de-009.wav"), *MODEL], capsys)
-    assert code == 2 and "longer than the model's 30 s window" in err
+def test_a_talk_longer_than_the_window_is_evaluated_as_one_long_form_instance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # jfk + fleurs-en-dev joined with 1 s pauses (57 s): one long-form instance, scored per reference sentence
+    parts, sentences, segments, position = [], [], [], 1.0
+    for manifest in ("jfk.tsv", "fleurs-en-dev.tsv"):
+        for line in (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]:
+            _uid, audio_path, _duration, transcript = line.split("\t")[:4]
+            audio, _ = sf.read(str(DATA / audio_path), dtype="float32")
+            parts += [np.zeros(16000, dtype=np.float32), audio]
+            segments.append(f"- {{duration: {audio.shape[0] / 16000:.4f}, offset: {position:.4f}, wav: talk.wav}}\n")
+            sentences.append(transcript + "\n")
+            position += audio.shape[0] / 16000 + 1.0
+    sf.write(str(tmp_path / "talk.wav"), np.concatenate(parts), 16000)
+    (tmp_path / "talk.tsv").write_text("id\taudio\tduration_s\ntalk\ttalk.wav\t57\n", encoding="utf-8")
+    (tmp_path / "talk.sentences.txt").write_text("".join(sentences), encoding="utf-8")
+    (tmp_path / "talk.yaml").write_text("".join(segments), encoding="utf-8")
+    fast = ["--chunk-ms", "2000"]  # (the default window: with the audio window tiny.en loops more on long-form)
+    code, _, err = run_cli(["eval", str(tmp_path / "talk.tsv"), *MODEL, *fast, "-o", str(tmp_path / "run"),
+                            "--no-progress-bar"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["score", str(tmp_path / "run"), "--long-form", "--json",
+                              "--references", str(tmp_path / "talk.sentences.txt"),
+                              "--segmentation", str(tmp_path / "talk.yaml")], capsys)
+    assert code == 0, err
+    scores = json.loads(out)
+    assert scores["WER_norm"] < 20.0 and 0.0 < scores["StreamLAAL"] < 8000.0, scores  # (ms; 11.2 / 5459 seen)
+    code, _, err = run_cli(["transcribe", str(tmp_path / "talk.wav"), *MODEL, *fast, "--json"], capsys)
+    assert code == 0, err
 
 
 @pytest.mark.real

@@ -220,6 +220,38 @@ def test_shared_manifests_read() -> None:
     assert es[0].reference and es[0].reference.startswith("Así que")
 
 
+def test_manifest_rows_selected_by_source_language_and_duration(tmp_path: Path) -> None:
+    (tmp_path / "m.tsv").write_text("id\taudio\tduration_s\ttranscript\tlang\n"
+                                    "a\ta.wav\t3.0\thallo\tde\nb\tb.wav\t40.0\tlang\tde\n"
+                                    "c\tc.wav\t2.0\tbonjour\tfr\nd\td.wav\t2.0\thola\tes\n")
+    assert [i.id for i in read_manifest(tmp_path / "m.tsv", src_langs=["de", "fr"])] == ["a", "b", "c"]
+    assert [i.id for i in read_manifest(tmp_path / "m.tsv", max_duration_s=30.0)] == ["a", "c", "d"]
+    assert [i.id for i in read_manifest(tmp_path / "m.tsv", src_langs=["de"], max_duration_s=30.0)] == ["a"]
+    # references for the selected rows only: the rest is not evaluated, so it needs none
+    (tmp_path / "r.tsv").write_text("id\ttext\na\tHello.\nc\tGood day.\n")
+    chosen = read_manifest(tmp_path / "m.tsv", references=tmp_path / "r.tsv", src_langs=["de", "fr"],
+                           max_duration_s=30.0)
+    assert [(i.id, i.reference) for i in chosen] == [("a", "Hello."), ("c", "Good day.")]
+    with pytest.raises(TestSetError, match=r"no reference for id 'b'.*--src-lang"):
+        read_manifest(tmp_path / "m.tsv", references=tmp_path / "r.tsv")
+    with pytest.raises(TestSetError, match="no utterances in that selection"):
+        read_manifest(tmp_path / "m.tsv", src_langs=["pt"])
+    (tmp_path / "nolang.tsv").write_text("id\taudio\na\ta.wav\n")
+    with pytest.raises(TestSetError, match="'lang' column"):
+        read_manifest(tmp_path / "nolang.tsv", src_langs=["de"])
+    with pytest.raises(TestSetError, match="'duration_s' column"):
+        read_manifest(tmp_path / "nolang.tsv", max_duration_s=1.0)
+
+
+def test_shared_fleurs_multi_german_and_french_have_english_references() -> None:
+    data = SHARED / "data"
+    if not (data / "fleurs-multi.tsv").is_file():
+        pytest.skip("../shared/data not available")
+    items = read_manifest(data / "fleurs-multi.tsv", references=data / "references.en.tsv", src_langs=["de", "fr"])
+    assert len(items) == 20 and all(it.reference and it.audio.is_file() for it in items)
+    assert len(read_manifest(data / "fleurs-multi.tsv", src_langs=["de", "fr"], max_duration_s=30.0)) == 19
+
+
 def test_simuleval_lists(tmp_path: Path) -> None:
     (tmp_path / "src.txt").write_text("a/x.wav\nb/y.wav\n")
     (tmp_path / "tgt.txt").write_text("ref x\nref y\n")

@@ -76,7 +76,9 @@ class PolicyOptions:
 
     def __post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
-            raise OptionError(f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc")
+            raise OptionError(
+                f"unknown policy {self.name!r}; choose one of offline, la-N, hold-N, sp-N, wait-N, ctc, alignatt"
+            )
         if self.name == "ctc" and not isinstance(self, CtcPolicyOptions):
             raise OptionError("the CTC policy's options are CtcPolicyOptions (or PolicyOptions.parse('ctc'))")
         if self.name == "alignatt" and not isinstance(self, AlignAttPolicyOptions):
@@ -164,6 +166,23 @@ class StreamOptions:
         logprob_threshold: a non-final chunk whose best hypothesis adds tokens with a mean log-probability below
             this commits nothing (openai/whisper judges a decode with mean log-probability below -1 a failure;
             the hallucinations at the onset of speech score about -2); None: off.
+        loop_guard: no n-gram of tokens is committed more than 3 times in a row (1-3 tokens) or twice (longer),
+            and no 12-token span a third time within 100 tokens: the cut-off guards against Whisper's repetition
+            loops ("however, however, ...", a sentence said over and over).
+        segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
+            behind the last committed sentence end (located in the audio by the model's token timing), and the
+            committed text before the cut becomes the previous-text prompt.
+        max_buffer_s: the buffer is never longer: at this length it is trimmed behind the last committed word,
+            and when nothing in it is committed yet, its best hypothesis is committed whole and it is emptied.
+            At most the model's window.
+        context_tokens: how many committed tokens before the buffer go into the previous-text prompt (0: none).
+        vad: voice activity detection (Silero VAD, :mod:`simulst.audio.vad`): chunks are not decoded while the
+            buffer holds no speech (and that silence is dropped); when speech ends (a pause of ``vad_pause_ms``),
+            the segment's best hypothesis is committed whole and the buffer emptied; after a pause of
+            ``context_reset_s`` the previous-text prompt starts afresh.
+        vad_threshold: Silero's speech probability threshold.
+        vad_pause_ms: the silence that ends a segment.
+        context_reset_s: the pause after which earlier text no longer conditions the decoder (with ``vad``).
     """
 
     chunk_ms: float = 1000.0
@@ -172,6 +191,14 @@ class StreamOptions:
     policy: PolicyOptions = field(default_factory=PolicyOptions)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.5
+    loop_guard: bool = True
+    segment_s: float = 15.0
+    max_buffer_s: float = 25.0
+    context_tokens: int = 100
+    vad: bool = False
+    vad_threshold: float = 0.5
+    vad_pause_ms: float = 1000.0
+    context_reset_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.logprob_threshold is not None and math.isnan(self.logprob_threshold):
@@ -182,6 +209,14 @@ class StreamOptions:
             raise OptionError(f"chunk size must be > 0 ms, got {self.chunk_ms}")
         if self.initial_wait_ms < 0:
             raise OptionError(f"initial wait must be >= 0 ms, got {self.initial_wait_ms}")
+        if not 0 < self.segment_s <= self.max_buffer_s:
+            raise OptionError(f"need 0 < segment ({self.segment_s} s) <= maximum buffer ({self.max_buffer_s} s)")
+        if self.context_tokens < 0:
+            raise OptionError(f"previous-text context must be >= 0 tokens, got {self.context_tokens}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise OptionError(f"the VAD threshold is a probability in (0, 1), got {self.vad_threshold}")
+        if self.vad_pause_ms < 0 or self.context_reset_s < 0:
+            raise OptionError("the VAD pause and the context reset must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -21,5 +21,3 @@ class OptionError(SimulstError):
     """An option has an invalid value (unknown policy name, negative chunk size, ...)."""
 
 
-class InputTooLongError(SimulstError):
-    """The source is longer than the model's window and long-form streaming is not enabled."""

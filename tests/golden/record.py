@@ -78,7 +78,9 @@ def engine(config: Config, model: Any) -> Any:
     from simulst.streaming.engine import SpeechEngine
 
     if config.cascade:
-        return CascadeEngine(model, ApertiumMT("eng-spa"), MTOptions(policy=PolicyOptions.parse("la-2")))
+        # (sentence-by-sentence MT, added for long streams after the recording, is off)
+        return CascadeEngine(model, ApertiumMT("eng-spa"), MTOptions(policy=PolicyOptions.parse("la-2"),
+                                                                     sentences=False))
     return SpeechEngine(model)
 
 
@@ -88,10 +90,11 @@ def run(config: Config, models: dict[tuple[str, str, bool], Any], only: str | No
     from simulst.config import PolicyOptions, SearchOptions, StreamOptions
     from simulst.streaming.feed import feed_fast
 
-    # the guards added after the redesign (no-speech and low-confidence chunks) are off: the recorded behaviour
+    # the guards added after the redesign (no-speech and low-confidence chunks, the loop guard) are off: the
+    # recorded behaviour (the loop guard rightly cuts "to the north of the north of ..." in la2-ibwbs-carry-audio)
     options = StreamOptions(chunk_ms=CHUNK_MS, policy=PolicyOptions.parse(config.policy),
                             search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over),
-                            no_speech_threshold=None, logprob_threshold=None)
+                            no_speech_threshold=None, logprob_threshold=None, loop_guard=False)
     shared = engine(config, load(config, models))
     out: dict[str, Any] = {}
     for uid, path, _ in english_items():

@@ -4,7 +4,8 @@ Same output contract as :func:`simulst.cli.main.run_stream`: one line per transl
 (``--json``: ``{"event": "emission", "text", "source_ms", "elapsed_ms"}``, times on the *audio* timeline), then a
 summary (``--json``: ``{"event": "final", "text", "source_text", "source_ms", "compute_s", "rtf",
 "decoder_passes", ...}``). ``--speak OUT.wav`` also writes the translated speech and reports its StartOffset /
-EndOffset. Offline by default: Whisper tiny.en + Apertium + espeak-ng.
+EndOffset. ``--format srt|vtt [-o FILE]`` writes live subtitles of the translated text. Offline by default:
+Whisper tiny.en + Apertium + espeak-ng.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ import time
 
 from simulst.audio.io import is_silent, load_audio
 from simulst.cli.options import model_from_args, stream_options_from_args
-from simulst.cli.printing import final_record, json_printer, text_printer
+from simulst.cli.printing import StreamOutput, final_record
 from simulst.config import PolicyOptions, SearchOptions
 from simulst.errors import OptionError
 from simulst.mt.loading import load_mt
 from simulst.mt.options import MTOptions
 from simulst.streaming.cascade import CascadeEngine
 from simulst.streaming.feed import feed_fast, feed_realtime
-from simulst.streaming.session import ensure_fits
 from simulst.tts.espeak import EspeakSynthesizer
 from simulst.tts.timeline import SpeechOutput
 from simulst.types import Emission
@@ -88,26 +88,25 @@ def run_cascade(args: argparse.Namespace) -> int:
             raise OptionError("--speak-clock wall needs --realtime")
         speech = SpeechOutput(EspeakSynthesizer(args.voice or args.to, args.speech_rate), clock=clock)
     audio = load_audio(args.audio)
+    output = StreamOutput(args.format, args.output, args.realtime)
     source_lang = args.language or "en"
     mt = load_mt(args.mt, source_lang, args.to, args.device)
     asr = model_from_args(args, task="transcribe")
     if asr.sample_rate != 16000:
         audio = load_audio(args.audio, asr.sample_rate)
-    ensure_fits(asr, audio.shape[0])
     cascade = CascadeEngine(asr, mt, mt_options).open(options, catch_up=args.realtime)
 
-    printer = json_printer if args.json else text_printer
-
     def emit(emission: Emission, wall_ms: float) -> None:
-        printer(emission, wall_ms if args.realtime else None)
+        output.emit(emission, wall_ms)
         if speech is not None:
             speech.add(emission, wall_ms)
 
     wall_start = time.perf_counter()
     feed = feed_realtime if args.realtime else feed_fast
-    feed(cascade, audio, emit)
-    wall_s = time.perf_counter() - wall_start
     source_s = audio.shape[0] / asr.sample_rate
+    with output.streaming(end_ms=source_s * 1000.0):  # captions of the translated text
+        feed(cascade, audio, emit)
+    wall_s = time.perf_counter() - wall_start
     costs = cascade.costs
     rtf = costs.compute_s / source_s if source_s else 0.0
     speech_info: dict[str, object] | None = None
@@ -129,7 +128,7 @@ def run_cascade(args: argparse.Namespace) -> int:
             "clock": speech.clock,
             "synthesis_s": round(m.synthesis_s, 4),
         }
-    if args.json:
+    if output.json:
         final = final_record(cascade, source_s, wall_s)
         final.update({
             "source_text": cascade.source_text,
@@ -141,16 +140,16 @@ def run_cascade(args: argparse.Namespace) -> int:
             final["speech"] = speech_info
         print(json.dumps(final, ensure_ascii=False), flush=True)
     else:
-        print(f"\n{cascade.text}")
-        print(f"(source: {cascade.source_text})")
+        print(f"\n{cascade.text}", file=output.summary)
+        print(f"(source: {cascade.source_text})", file=output.summary)
         print(
             f"-- {len(cascade.text.split())} words, {source_s:.2f} s of source, {costs.compute_s:.2f} s of compute "
             f"({cascade.mt.costs.compute_s:.2f} s MT), real-time factor {rtf:.3f}, {len(cascade.emissions)} "
             f"emissions, {costs.decoder_calls} decoder passes, MT {mt.name} {mt_options.policy}",
-            flush=True,
+            file=output.summary, flush=True,
         )
         if speech_line:
-            print(speech_line, flush=True)
+            print(speech_line, file=output.summary, flush=True)
     if is_silent(audio):
         print("simulst: the audio is silent: nothing to translate", file=sys.stderr)
         return 1

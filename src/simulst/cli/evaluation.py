@@ -5,6 +5,7 @@
     simulst eval ../shared/data/fleurs-en-dev.tsv --output runs/la2 --policy la-2 --chunk-ms 1000
     simulst eval --source wavs.txt --target refs.txt --output runs/la2          # SimulEval's list files
     simulst score runs/la2 [--json]                                             # ours or SimulEval's log
+    simulst score runs/talks --long-form --references refs.txt --segmentation talks.yaml  # one instance per talk
     simulst sweep ../shared/data/jfk.tsv ../shared/data/fleurs-en-dev.tsv --output bench/results/sweep \\
         --policies la-2 hold-6 offline --chunks 500 1000 --jobs 2
 
@@ -24,6 +25,7 @@ from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
 from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
 from simulst.errors import OptionError
 from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
+from simulst.evaluation.longform import RESEGMENTERS, LongformOptions, score_longform_log, write_longform_scores
 from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
 from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
@@ -56,7 +58,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-use-ref-len", action="store_true",
                    help="|Y*| := output length instead of the reference length (as SimulEval's flag)")
     p.add_argument("--json", action="store_true", help="print one JSON object keyed by SimulEval's metric names")
-    p.add_argument("--write", action="store_true", help="also (re)write scores.tsv, scores.json, metrics.tsv")
+    p.add_argument("--write", action="store_true", help="also (re)write scores.tsv, scores.json, metrics.tsv "
+                                                        "(--long-form: scores.longform.tsv/.json, "
+                                                        "metrics.longform.tsv, instances.resegmented.jsonl)")
+    _add_longform_arguments(p)
     p.set_defaults(func=score_command)
 
     text = "run a grid of configurations over a test set; write a table (CSV, Markdown) and quality-latency plots"
@@ -97,6 +102,10 @@ def _add_test_set_arguments(p: argparse.ArgumentParser, multiple: bool) -> None:
     group.add_argument("--reference-column", help="manifest column with the reference (default: reference, "
                                                   "translation, tgt_text, target, else transcript)")
     group.add_argument("--references", help="TSV of references keyed by id (e.g. references.es.tsv)")
+    group.add_argument("--src-lang", nargs="+", default=None, metavar="LANG",
+                       help="only the manifest rows of these source languages (column src_lang or lang)")
+    group.add_argument("--max-duration", type=float, default=None, metavar="S",
+                       help="only the manifest rows whose duration_s is at most S seconds")
     group.add_argument("--limit", type=int, default=None, help="evaluate only the first N utterances")
 
 
@@ -120,6 +129,28 @@ def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
                        help="sacreBLEU tokenizer: 13a (default), zh, ja-mecab, char, intl, ...")
 
 
+def _add_longform_arguments(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group(
+        "long-form",
+        "one instance per talk, resegmented onto the reference sentences as OmniSTEval does; scores BLEU, chrF, "
+        "WER, WER_norm, StreamLAAL, LongYAAL (and _CA); --latency-metrics / --quality-metrics do not apply",
+    )
+    group.add_argument("--long-form", action="store_true",
+                       help="score each instance as a whole talk against --references and --segmentation")
+    group.add_argument("--references", metavar="FILE", help="reference sentences, one per line (one per segment)")
+    group.add_argument("--segmentation", metavar="FILE",
+                       help="the talks' segmentation, YAML or JSON: per sentence wav, offset, duration (seconds)")
+    group.add_argument("--resegmenter", choices=RESEGMENTERS, default="soft",
+                       help="soft: OmniSTEval's SoftSegmenter (default); mwer: minimum-WER cut (mwerSegmenter)")
+    group.add_argument("--lang", default=None, metavar="CODE",
+                       help="Moses-tokenize this language for the alignment, as OmniSTEval's --lang (default none)")
+    group.add_argument("--fix-elapsed", action="store_true",
+                       help="count only the compute since the previous word in elapsed (OmniSTEval's "
+                            "--fix_simuleval_emission_ca)")
+    group.add_argument("--offset-delays", action="store_true",
+                       help="the delays count from each talk's first segment, not from the start of its audio")
+
+
 def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     _add_scoring_arguments(p)
     p.add_argument("--computation-aware", action=argparse.BooleanOptionalAction, default=True,
@@ -135,13 +166,16 @@ def items_from_args(args: argparse.Namespace) -> list[TestItem]:
     if args.source:
         if args.references or args.reference_column:
             raise OptionError("--references/--reference-column apply to manifests; --target gives the references")
+        if args.src_lang or args.max_duration is not None:
+            raise OptionError("--src-lang/--max-duration select manifest rows; SimulEval lists have no such columns")
         items = read_simuleval_lists(args.source, args.target, args.tgt_lang)
     elif manifests:
         if args.target:
             raise OptionError("--target goes with --source (a manifest carries its own references)")
         items = []
         for manifest in manifests:
-            items += read_manifest(manifest, args.reference_column, args.references, args.tgt_lang)
+            items += read_manifest(manifest, args.reference_column, args.references, args.tgt_lang,
+                                   args.src_lang, args.max_duration)
         ids = [it.id for it in items]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -203,6 +237,10 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def score_command(args: argparse.Namespace) -> int:
     """``simulst score``: score an existing log and print a table or JSON."""
+    if args.long_form:
+        return score_longform_command(args)
+    if args.references or args.segmentation:
+        raise OptionError("--references and --segmentation go with --long-form")
     options = ScoreOptions(
         latency_unit=args.eval_latency_unit,
         spm_model=args.eval_latency_spm_model,
@@ -216,6 +254,29 @@ def score_command(args: argparse.Namespace) -> int:
     if args.write:
         target = Path(args.logdir)
         write_scores(target if target.is_dir() else target.parent, report)
+    _print_report(report, args.json)
+    return 0
+
+
+def score_longform_command(args: argparse.Namespace) -> int:
+    """``simulst score --long-form``: resegment every talk onto its reference sentences and score them."""
+    if not args.references or not args.segmentation:
+        raise OptionError("--long-form needs --references (one sentence per line) and --segmentation (YAML/JSON)")
+    if args.eval_latency_unit == "spm":
+        raise OptionError("long-form scoring counts words or characters: --eval-latency-unit word or char")
+    options = LongformOptions(
+        method=args.resegmenter,
+        lang=args.lang,
+        unit=args.eval_latency_unit,
+        sacrebleu_tokenizer=args.sacrebleu_tokenizer,
+        computation_aware=args.computation_aware,
+        fix_elapsed=args.fix_elapsed,
+        offset_delays=args.offset_delays,
+    )
+    report = score_longform_log(args.logdir, args.references, args.segmentation, options)
+    if args.write:
+        target = Path(args.logdir)
+        write_longform_scores(target if target.is_dir() else target.parent, report)
     _print_report(report, args.json)
     return 0
 

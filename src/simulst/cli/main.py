@@ -16,11 +16,10 @@ from simulst.cli import ctc as ctc_commands
 from simulst.cli import evaluation as evaluation_commands
 from simulst.cli.cascade import add_cascade_arguments, run_cascade
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
-from simulst.cli.printing import final_record, json_printer, text_printer
+from simulst.cli.printing import STREAM_FORMATS, StreamOutput, final_record
 from simulst.errors import SimulstError
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast, feed_realtime
-from simulst.streaming.session import ensure_fits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
             add_cascade_arguments(p)
         p.add_argument("--realtime", action="store_true",
                        help="computation-aware: feed audio at wall-clock speed while the model computes")
-        p.add_argument("--json", action="store_true", help="print JSON lines only (one per emission, then a final one)")
+        fmt = p.add_mutually_exclusive_group()
+        fmt.add_argument("--format", choices=STREAM_FORMATS, default="text",
+                         help="text: a live line per emission (default); json: JSON lines only (one per emission, "
+                              "then a final one); srt | vtt: live subtitles, each caption written as it closes")
+        fmt.add_argument("--json", dest="format", action="store_const", const="json", default="text",
+                         help="same as --format json")
+        p.add_argument("--output", "-o", metavar="FILE", default=None,
+                       help="with --format srt|vtt: write the captions to FILE (stdout then shows the live lines); "
+                            "default: the captions alone on stdout, the summary on stderr")
         p.set_defaults(func=run_stream, task=task)
     evaluation_commands.register(sub)  # eval, score, sweep
     ctc_commands.register(sub)  # train-ctc
@@ -52,28 +59,28 @@ def run_stream(args: argparse.Namespace) -> int:
         return run_cascade(args)
     options = stream_options_from_args(args)
     audio = load_audio(args.audio)
+    output = StreamOutput(args.format, args.output, args.realtime)
     model = model_from_args(args, task=args.task)
     if model.sample_rate != 16000:
         audio = load_audio(args.audio, model.sample_rate)
-    ensure_fits(model, audio.shape[0])  # refuse before streaming, not after 30 s of it
     session = SpeechEngine(model).open(options, catch_up=args.realtime)
-    printer = json_printer if args.json else text_printer
     wall_start = time.perf_counter()
     feed = feed_realtime if args.realtime else feed_fast
-    feed(session, audio, lambda e, wall: printer(e, wall if args.realtime else None))
-    wall_s = time.perf_counter() - wall_start
     source_s = audio.shape[0] / model.sample_rate
+    with output.streaming(end_ms=source_s * 1000.0):
+        feed(session, audio, output.emit)
+    wall_s = time.perf_counter() - wall_start
     costs = session.costs
     rtf = costs.compute_s / source_s if source_s else 0.0
-    if args.json:
+    if output.json:
         print(json.dumps(final_record(session, source_s, wall_s), ensure_ascii=False), flush=True)
     else:
         words = len(session.text.split())
-        print(f"\n{session.text}")
+        print(f"\n{session.text}", file=output.summary)
         print(
             f"-- {words} words, {source_s:.2f} s of source, {costs.compute_s:.2f} s of compute, "
             f"real-time factor {rtf:.3f}, {len(session.emissions)} emissions, {costs.decoder_calls} decoder passes",
-            flush=True,
+            file=output.summary, flush=True,
         )
     if is_silent(audio):
         print("simulst: the audio is silent: nothing to transcribe", file=sys.stderr)

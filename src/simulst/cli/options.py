@@ -51,6 +51,25 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--logprob-threshold", type=_optional_float, default=-1.5, metavar="L|none",
                        help="a chunk whose new tokens have a mean log-probability < L commits nothing "
                             "(default -1.5; none: off)")
+    group.add_argument("--loop-guard", action=argparse.BooleanOptionalAction, default=True,
+                       help="never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than "
+                            "twice, or a 12-token span a third time within 100 tokens (default on)")
+    group = parser.add_argument_group("long-form streaming (audio of any length)")
+    group.add_argument("--segment-s", type=float, default=15.0,
+                       help="trim the audio buffer behind the last committed sentence once it is longer (default 15)")
+    group.add_argument("--max-buffer-s", type=float, default=25.0,
+                       help="the audio buffer is never longer (default 25; at most the model's window)")
+    group.add_argument("--context-tokens", type=int, default=100,
+                       help="committed tokens before the buffer carried as the decoder's previous-text prompt "
+                            "(default 100; 0: none)")
+    group.add_argument("--vad", action="store_true",
+                       help="voice activity detection (Silero VAD): no decoding of silence, a segment is "
+                            "committed when speech pauses, the context starts afresh after a long pause")
+    group.add_argument("--vad-threshold", type=float, default=0.5, help="Silero speech probability (default 0.5)")
+    group.add_argument("--vad-pause-ms", type=float, default=1000.0,
+                       help="silence that ends a speech segment (default 1000)")
+    group.add_argument("--context-reset-s", type=float, default=5.0,
+                       help="with --vad: a pause this long resets the previous-text context (default 5)")
     group = parser.add_argument_group("CTC (2023 paper §2.2-2.3; simulst.ctc)")
     group.add_argument("--ctc-threshold", type=float, default=None, metavar="C",
                        help="C_end of --policy ctc: stop a chunk's search when log Odds_end > C (inf: never stop "
@@ -88,6 +107,14 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         policy=policy,
         no_speech_threshold=getattr(args, "no_speech_threshold", 0.6),
         logprob_threshold=getattr(args, "logprob_threshold", -1.5),
+        loop_guard=getattr(args, "loop_guard", True),
+        segment_s=getattr(args, "segment_s", 15.0),
+        max_buffer_s=getattr(args, "max_buffer_s", 25.0),
+        context_tokens=getattr(args, "context_tokens", 100),
+        vad=getattr(args, "vad", False),
+        vad_threshold=getattr(args, "vad_threshold", 0.5),
+        vad_pause_ms=getattr(args, "vad_pause_ms", 1000.0),
+        context_reset_s=getattr(args, "context_reset_s", 5.0),
     )
 
 

@@ -1,12 +1,21 @@
-"""How the stream commands print emissions: one live line of text, or one JSON line (the CLI contract)."""
+"""How the stream commands print emissions: one live line of text, one JSON line (the CLI contract), or live
+subtitles (SRT / WebVTT captions, each written as soon as it is closed)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
+from simulst.errors import OptionError
 from simulst.streaming.engine import Stream
+from simulst.streaming.subtitles import FORMATS as SUBTITLE_FORMATS
+from simulst.streaming.subtitles import SubtitleWriter
 from simulst.types import Emission
+
+STREAM_FORMATS = ("text", "json", *SUBTITLE_FORMATS)
 
 
 def final_record(stream: Stream, source_s: float, wall_s: float) -> dict[str, Any]:
@@ -41,3 +50,72 @@ def json_printer(emission: Emission, wall_ms: float | None) -> None:
         "elapsed_ms": round(wall_ms if wall_ms is not None else emission.elapsed_ms, 3),
     }
     print(json.dumps(record, ensure_ascii=False), flush=True)
+
+
+class StreamOutput:
+    """Where a stream command's output goes (``--format``, ``--output``).
+
+    ``text`` and ``json`` print live lines on stdout. ``srt`` and ``vtt`` write live subtitles
+    (:class:`~simulst.streaming.subtitles.SubtitleWriter`) to ``path``, stdout showing the live text lines as usual,
+    or, without a path (or ``-``), to stdout and nothing else: the summary then goes to stderr (:attr:`summary`).
+
+    Raises:
+        OptionError: an unknown format, a path without a subtitle format, or a path that cannot be written.
+    """
+
+    def __init__(self, fmt: str, path: str | None = None, realtime: bool = False) -> None:
+        if fmt not in STREAM_FORMATS:
+            raise OptionError(f"unknown output format {fmt!r} ({', '.join(STREAM_FORMATS)})")
+        if path is not None and fmt not in SUBTITLE_FORMATS:
+            raise OptionError(f"--output FILE is for subtitles: add --format {' or --format '.join(SUBTITLE_FORMATS)}")
+        self.format = fmt
+        self.realtime = realtime
+        self.subtitles: SubtitleWriter | None = None
+        self._file: TextIO | None = None
+        self._on_stdout = fmt in SUBTITLE_FORMATS and path in (None, "-")
+        if fmt in SUBTITLE_FORMATS:
+            if self._on_stdout:
+                sink = sys.stdout
+            else:
+                try:
+                    sink = self._file = open(str(path), "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+                except OSError as err:
+                    raise OptionError(f"cannot write subtitles to {path}: {err.strerror or err}") from err
+            self.subtitles = SubtitleWriter(sink, fmt)
+        self._printer = json_printer if fmt == "json" else None if self._on_stdout else text_printer
+
+    @property
+    def json(self) -> bool:
+        """JSON lines: the summary is a ``{"event": "final"}`` line."""
+        return self.format == "json"
+
+    @property
+    def summary(self) -> TextIO:
+        """Where the human summary goes: stderr when the captions are on stdout, else stdout."""
+        return sys.stderr if self._on_stdout else sys.stdout
+
+    def emit(self, emission: Emission, wall_ms: float) -> None:
+        """Print an emission (wall-clock time shown in real-time mode) and feed it to the subtitles."""
+        if self._printer is not None:
+            self._printer(emission, wall_ms if self.realtime else None)
+        if self.subtitles is not None:
+            self.subtitles.add(emission)
+
+    @contextmanager
+    def streaming(self, end_ms: float) -> Iterator[None]:
+        """Around the feeding of a stream: then write the last captions, the last ending at ``end_ms`` (the end of
+        the audio); should the stream fail or be interrupted, what was committed is still written."""
+        try:
+            yield
+        except BaseException:
+            self.close(None)
+            raise
+        self.close(end_ms)
+
+    def close(self, end_ms: float | None) -> None:
+        """Write the remaining captions and close the output file (if any)."""
+        if self.subtitles is not None:
+            self.subtitles.close(end_ms)
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -88,6 +88,8 @@ def read_manifest(
     reference_column: str | None = None,
     references: str | Path | None = None,
     tgt_lang: str | None = None,
+    src_langs: Sequence[str] | None = None,
+    max_duration_s: float | None = None,
 ) -> list[TestItem]:
     """Read a TSV manifest.
 
@@ -98,6 +100,8 @@ def read_manifest(
             column of that file instead.
         references: a TSV of references keyed by id; every manifest id must be in it.
         tgt_lang: target language code for all items (overrides a ``tgt_lang`` column).
+        src_langs: keep only the rows whose source language (column ``src_lang`` or ``lang``) is one of these.
+        max_duration_s: keep only the rows whose ``duration_s`` is at most this.
     """
     path = Path(path)
     header, rows = _read_tsv(path)
@@ -105,6 +109,7 @@ def read_manifest(
         if required not in header:
             raise TestSetError(f"{path}: the manifest has no {required!r} column (columns: {', '.join(header)})")
     col = {name: i for i, name in enumerate(header)}
+    rows = _select_rows(path, header, rows, src_langs, max_duration_s)
     extern = read_reference_file(references, reference_column) if references is not None else None
     ref_col: str | None = None
     if extern is None:
@@ -126,7 +131,8 @@ def read_manifest(
             audio = path.parent / audio
         if extern is not None:
             if item_id not in extern:
-                raise TestSetError(f"{references}: no reference for id {item_id!r}")
+                raise TestSetError(f"{references}: no reference for id {item_id!r} (a reference file must cover "
+                                   "every utterance evaluated; --src-lang / --max-duration select rows)")
             reference: str | None = extern[item_id]
         else:
             reference = fields[col[ref_col]] if ref_col is not None else None
@@ -139,8 +145,30 @@ def read_manifest(
         lang = tgt_lang or (fields[col["tgt_lang"]] if "tgt_lang" in col else None) or None
         items.append(TestItem(item_id, audio, reference, duration, lang))
     if not items:
-        raise TestSetError(f"{path} lists no utterances")
+        selected = src_langs is not None or max_duration_s is not None
+        raise TestSetError(f"{path} lists no utterances" + (" in that selection" if selected else ""))
     return items
+
+
+def _select_rows(path: Path, header: list[str], rows: list[list[str]], src_langs: Sequence[str] | None,
+                 max_duration_s: float | None) -> list[list[str]]:
+    """The rows of the requested source languages and duration (a filter on a missing column is an error)."""
+    if src_langs is not None:
+        lang_col = next((c for c in ("src_lang", "lang") if c in header), None)
+        if lang_col is None:
+            raise TestSetError(f"{path}: no 'src_lang' or 'lang' column to select languages by")
+        index = header.index(lang_col)
+        wanted = set(src_langs)
+        rows = [r for r in rows if r[index] in wanted]
+    if max_duration_s is not None:
+        if "duration_s" not in header:
+            raise TestSetError(f"{path}: no 'duration_s' column to select durations by")
+        index = header.index("duration_s")
+        try:
+            rows = [r for r in rows if float(r[index]) <= max_duration_s]
+        except ValueError as exc:
+            raise TestSetError(f"{path}: a duration_s that is not a number: {exc}") from exc
+    return rows
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -148,6 +148,26 @@ class AlignedDecoder(DecoderModel, Protocol):
 
 
 @runtime_checkable
+class TokenTimer(Protocol):
+    """A decoder that tells where in the audio each token of a hypothesis was read (long-form trimming)."""
+
+    frame_samples: int  # audio samples per encoder frame
+
+    def token_starts(self, enc: Encoded, prompt: Sequence[int], tokens: Sequence[int], costs: Costs) -> list[int]:
+        """Start frame of each of ``tokens`` in the encoded audio, then the frame where the text ends."""
+        ...
+
+
+@runtime_checkable
+class PreviousTextPrompter(Protocol):
+    """A decoder that can be conditioned on text committed before its audio window (Whisper's prompt)."""
+
+    def previous_text(self, tokens: Sequence[int], limit: int) -> list[int]:
+        """Prompt tokens carrying the last ``limit`` of ``tokens``, to go before the decoder prompt."""
+        ...
+
+
+@runtime_checkable
 class SpeechJudge(Protocol):
     """A speech model that says how likely its window holds no speech (Whisper's ``no_speech_prob``)."""
 

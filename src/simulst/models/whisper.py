@@ -29,6 +29,7 @@ from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Encoded
 from simulst.models.ctc_head import CtcHead
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from simulst.models.timing import token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
 from simulst.models.whisper_net import KV, Groups, WhisperNet
 from simulst.types import Costs
@@ -143,6 +144,7 @@ class WhisperModel:
         self.multilingual = self.vocab_size >= 51865
         self.sot_id = tokenizer.token_id("<|startoftranscript|>")
         self.no_timestamps_id = tokenizer.token_id("<|notimestamps|>")
+        self.sot_prev_id = tokenizer.token_id("<|startofprev|>")
         try:  # English-only checkpoints name the token <|nocaptions|>
             self.no_speech_id = tokenizer.token_id("<|nospeech|>")
         except ModelLoadError:
@@ -170,7 +172,8 @@ class WhisperModel:
         for layer, head in self.alignment_heads:
             self._alignment_by_layer.setdefault(layer, []).append(head)
         self.options = ModelOptions(None, device, language, task, window, window_pad_ms, precision)
-        self.max_source_samples = self.dims.max_source_positions * 2 * HOP_LENGTH
+        self.frame_samples = 2 * HOP_LENGTH  # audio samples per encoder frame (20 ms)
+        self.max_source_samples = self.dims.max_source_positions * self.frame_samples
         self.max_length = self.dims.max_target_positions // 2
         suppress = set(int(t) for t in config.get("suppress_tokens") or [])
         suppress.update(range(self.sot_id, self.vocab_size))  # all special and timestamp tokens
@@ -255,6 +258,27 @@ class WhisperModel:
         if state.alignment is None:
             raise ValueError("this decoder state does not track the alignment: start(..., alignment=True)")
         return state.alignment
+
+    def token_starts(self, enc: Encoded, prompt: Sequence[int], tokens: Sequence[int], costs: Costs) -> list[int]:
+        """Where each of ``tokens`` starts in the audio, in encoder frames (20 ms), by DTW over the alignment
+        heads' cross-attention (:mod:`simulst.models.timing`); one more entry: where the text ends (the
+        ``<|endoftext|>`` position). One forced decoder pass over ``prompt + tokens + <|endoftext|>``."""
+        full = torch.tensor([[*prompt, *tokens, self.eos_id]], dtype=torch.long, device=self.device)
+        scores: list[torch.Tensor] = []
+        with torch.inference_mode():
+            self.net.model.decoder(full, 0, None, enc.extra, last_only=True,
+                                   alignment_heads=self._alignment_by_layer, scores=scores)
+        costs.decoder_calls += 1
+        costs.decoder_positions += full.shape[1]
+        # the positions that predict tokens[0], ..., tokens[-1] and <|endoftext|>, over the frames of the audio
+        rows = torch.cat([s[0] for s in scores])[:, len(prompt) - 1 : len(prompt) + len(tokens)]
+        return token_start_frames(rows[..., : self.audio_frames(enc)].cpu().numpy())
+
+    def previous_text(self, tokens: Sequence[int], limit: int) -> list[int]:
+        """Whisper's previous-text prompt: ``<|startofprev|>`` + the last ``limit`` of ``tokens`` (text already
+        committed before the audio window), to go before the ``<|startoftranscript|>`` prompt."""
+        kept = [t for t in tokens if t < self.eos_id][-limit:] if limit > 0 else []
+        return [self.sot_prev_id, *kept] if kept else []
 
     def audio_frames(self, enc: Encoded) -> int:
         """Encoder frames that cover the audio read (20 ms each; the rest of the window is padding)."""

@@ -111,14 +111,18 @@ class Attention(nn.Module):
         b, h, length, dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, length, h * dh))
 
+    def head_scores(self, x: torch.Tensor, kv: KV, heads: Sequence[int]) -> torch.Tensor:
+        """Scaled attention scores q·kᵀ/√d (before the softmax) of the queries of ``x`` (B, L, D) over the keys
+        of ``kv`` for ``heads``: (B, h, L, S). (Explicit for a few heads: the fused attention does not return
+        its weights.)"""
+        q = self.split(self.q_proj(x))[:, list(heads)]  # (B, h, L, D/H)
+        k = kv[0][:, list(heads)]  # (B or 1, h, S, D/H)
+        return ((q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)).float()
+
     def last_row_weights(self, x: torch.Tensor, kv: KV, heads: Sequence[int]) -> torch.Tensor:
         """Attention weights of the last query of ``x`` (B, L, D) over the keys of ``kv`` for ``heads``, summed
-        over those heads: (B, S). (Explicit softmax(q·kᵀ/√d) for a few heads of one row: the fused attention
-        does not return its weights.)"""
-        q = self.split(self.q_proj(x[:, -1:]))[:, list(heads)]  # (B, h, 1, D/H)
-        k = kv[0][:, list(heads)]  # (B or 1, h, S, D/H)
-        scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-        return torch.softmax(scores.float(), dim=-1).sum(dim=1)[:, 0]
+        over those heads: (B, S)."""
+        return torch.softmax(self.head_scores(x[:, -1:], kv, heads), dim=-1).sum(dim=1)[:, 0]
 
     def _attend_grouped(self, q: torch.Tensor, kv: KV, mask: torch.Tensor | None, groups: Groups) -> torch.Tensor:
         """:meth:`attend` of one-token queries ``q`` (B, H, 1, D/H) regrouped into a (G, W) grid (see Groups)."""
@@ -165,9 +169,11 @@ class DecoderLayer(nn.Module):
         self, x: torch.Tensor, past: KV | None, cross: KV, self_mask: torch.Tensor | None = None,
         cross_mask: torch.Tensor | None = None, cross_groups: Groups | None = None,
         align_heads: Sequence[int] = (), alignment: list[torch.Tensor] | None = None,
+        scores: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """One layer over ``x`` (B, L, D); masks and groups as in :meth:`Decoder.forward`. With ``align_heads``,
-        the last position's cross-attention weights of those heads, summed, are appended to ``alignment``."""
+        the last position's cross-attention weights of those heads, summed, are appended to ``alignment``, and
+        every position's raw cross-attention scores of those heads, (B, h, L, S), to ``scores``."""
         h = self.self_attn_layer_norm(x)
         k, v = self.self_attn.project_kv(h)
         if past is not None:
@@ -177,6 +183,8 @@ class DecoderLayer(nn.Module):
         x = x + self.encoder_attn.attend(h, cross, causal=False, mask=cross_mask, groups=cross_groups)
         if align_heads and alignment is not None:
             alignment.append(self.encoder_attn.last_row_weights(h, cross, align_heads))
+        if align_heads and scores is not None:
+            scores.append(self.encoder_attn.head_scores(h, cross, align_heads))
         x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
         return x, (k, v)
 
@@ -226,7 +234,7 @@ class Decoder(nn.Module):
         self, tokens: torch.Tensor, offset: int | torch.Tensor, past: list[KV] | None, cross: list[KV],
         last_only: bool = False, self_mask: torch.Tensor | None = None, cross_mask: torch.Tensor | None = None,
         cross_groups: Groups | None = None, alignment_heads: Mapping[int, Sequence[int]] | None = None,
-        alignment: list[torch.Tensor] | None = None,
+        alignment: list[torch.Tensor] | None = None, scores: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, list[KV]]:
         """Logits (B, L, V) of ``tokens`` (B, L) at positions offset.. and the extended self-attention cache.
 
@@ -244,7 +252,9 @@ class Decoder(nn.Module):
                 one-token steps only); ``cross_mask`` is then per group.
             alignment_heads: decoder layer -> cross-attention heads whose weights follow the word timing (the
                 checkpoint's alignment heads); with ``alignment``, the last position's weights of those heads,
-                summed over heads and layers, (B, S), are appended to that list (AlignAtt, Papi et al. 2023).
+                summed over heads and layers, (B, S), are appended to that list (AlignAtt, Papi et al. 2023);
+                with ``scores``, every position's raw scores of those heads, (B, h, L, S) per layer that has
+                some (token timing by DTW, :mod:`simulst.models.timing`).
         """
         if isinstance(offset, int):
             positions = self.embed_positions.weight[offset : offset + tokens.shape[1]]
@@ -257,7 +267,7 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             heads = alignment_heads.get(i, ()) if alignment_heads is not None else ()
             x, kv = layer(x, None if past is None else past[i], cross[i], self_mask, cross_mask, cross_groups,
-                          heads, weights)
+                          heads, weights, scores)
             new_cache.append(kv)
         if alignment is not None and weights:
             alignment.append(torch.stack(weights).sum(dim=0))

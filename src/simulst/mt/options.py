@@ -22,12 +22,17 @@ class MTOptions:
         search: search of neural backends (ignored by black-box backends such as Apertium).
         max_len_a, max_len_b: a neural backend searches at most ``a · |source tokens| + b`` target tokens
             (fairseq's ``max_len_a`` / ``max_len_b``), and never more than the model accepts.
+        sentences: translate sentence by sentence: once the committed source completes a sentence (ends in
+            . ? !), that sentence is translated once more and its translation committed whole, and the next
+            translation starts after it - so a long stream's MT steps stay short. False: every step translates
+            the whole source so far.
     """
 
     policy: PolicyOptions = field(default_factory=PolicyOptions)
     search: SearchOptions = field(default_factory=SearchOptions)
     max_len_a: float = 2.0
     max_len_b: int = 10
+    sentences: bool = True
 
     def __post_init__(self) -> None:
         if self.policy.needs_ctc_head or self.search.ctc_weight > 0:

@@ -17,6 +17,8 @@ from simulst.models.base import Tokenizer
 from simulst.policies import Policy, PolicyContext, PolicyState
 from simulst.types import Costs, Emission, Hypothesis
 
+TAIL_TOKENS = 16  # how far back a commit decodes (to the start of the last word, at most this many tokens)
+
 
 @dataclass
 class Output:
@@ -47,10 +49,21 @@ class Output:
             raise AssertionError("a hypothesis does not continue the committed output")
         new_tokens = list(target[n_old:])
         self.committed.extend(new_tokens)
-        full = tokenizer.decode(self.committed).lstrip()
-        # Emissions end at word boundaries, so the decoded text only grows; should a byte-level BPE merge ever
-        # change shown characters, the increment falls back to the new tokens' own text - never a retraction.
-        increment = full[len(self.text) :] if full.startswith(self.text) else tokenizer.decode(new_tokens)
+        # The increment is what decoding adds to the text: decoded from just before the start of the last
+        # committed word (a bounded tail, so a long stream's commits stay cheap), which also joins a character
+        # split across tokens. Emissions end at word boundaries, so the decoded text only grows; should a
+        # byte-level BPE merge ever change shown characters, the increment falls back to the new tokens' own
+        # text - never a retraction.
+        anchor = n_old
+        while anchor > max(0, n_old - TAIL_TOKENS) and not tokenizer.starts_word(self.committed[anchor]):
+            anchor -= 1
+        anchor -= 1  # one token of context before the word (SentencePiece drops a leading space when decoding)
+        if anchor > 0:
+            before = tokenizer.decode(self.committed[anchor:n_old])
+            after = tokenizer.decode(self.committed[anchor:])
+        else:
+            before, after = self.text, tokenizer.decode(self.committed).lstrip()
+        increment = after[len(before) :] if after.startswith(before) else tokenizer.decode(new_tokens)
         self.text += increment
         emission = Emission(increment, tuple(new_tokens), source_ms, elapsed_ms, final)
         self.emissions.append(emission)
@@ -100,6 +113,41 @@ def target_tokens(
         return committed
     stable = policy.stable_prefix(hyps, state, context)
     return stable[: whole_words(stable, hyps[0], context.tokenizer)]
+
+
+LOOP_MAX_NGRAM = 16  # tokens: the longest n-gram checked for immediate repetition
+LOOP_SPAN = 12  # tokens: a span said a third time ...
+LOOP_LOOKBACK = 100  # ... within this many tokens of its first time is a loop
+
+
+def loop_free_length(tokens: Sequence[int], start: int) -> int:
+    """Length of the longest prefix of ``tokens`` (at least ``start``) free of repetition loops: the loop guard
+    against Whisper's "however, however, however, ..." and a sentence said again and again.
+
+    A loop is an n-gram of 1-3 tokens following itself more than 3 times in a row, a longer one (up to 16 tokens)
+    more than twice, or a span of 12 tokens said a third time within 100 tokens (a sentence repeated with small
+    changes in between). Twice is allowed: a speaker may repeat himself, and a copy begun inside the committed
+    output could otherwise never be finished. The cut comes where the extra copy starts; tokens before ``start``
+    (committed already) are never cut, though they count as what came before."""
+    seen: dict[tuple[int, ...], list[int]] = {}  # span -> where it started
+    first = max(0, start - LOOP_LOOKBACK)
+    for end in range(first + 1, len(tokens) + 1):
+        if end > start:
+            for n in range(1, LOOP_MAX_NGRAM + 1):
+                copies = 4 if n <= 3 else 3  # one more than allowed
+                if n * copies > end:
+                    continue
+                gram = tokens[end - n : end]
+                if all(tokens[end - k * n - n : end - k * n] == gram for k in range(1, copies)):
+                    return max(start, end - n)
+        if end - 2 * LOOP_SPAN >= first:  # spans that end before the current one starts (a copy never overlaps)
+            seen.setdefault(tuple(tokens[end - 2 * LOOP_SPAN : end - LOOP_SPAN]), []).append(end - 2 * LOOP_SPAN)
+        copy = end - LOOP_SPAN
+        if end > start and copy >= first:
+            earlier = [o for o in seen.get(tuple(tokens[copy:end]), ()) if copy - o <= LOOP_LOOKBACK]
+            if len(earlier) >= 2 and earlier[-1] - earlier[0] >= LOOP_SPAN:
+                return max(start, copy)
+    return len(tokens)
 
 
 def whole_words(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:

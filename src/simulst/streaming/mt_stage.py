@@ -8,6 +8,10 @@ policy picks the stable prefix of the hypotheses; what extends the committed tar
 emitted and never changed. When the source ends, the full source is translated once more and the best hypothesis
 is committed whole, so a source that arrives at once is translated exactly as offline MT translates it.
 
+Long streams (``MTOptions.sentences``): once the committed source completes a sentence, that sentence is
+translated once more and its translation committed whole (as at the end of the source); later steps translate
+only the source after it, continuing only the target committed after it.
+
 Times are on the *audio* timeline: a target emission carries the ``source_ms`` of the ASR emission that triggered
 it, and as ``elapsed_ms`` that emission's computation-aware time plus the MT compute this stream has spent so far
 (the two stages run one after the other, so each one's compute delays everything after it)::
@@ -21,6 +25,7 @@ it, and as ``elapsed_ms`` that emission's computation-aware time plus the MT com
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -40,6 +45,8 @@ class MTStageState:
 
     Attributes:
         source: the committed source text received so far (increments concatenated).
+        segment: the part of ``source`` after the last translated sentence (all of it without ``sentences``).
+        base: committed target tokens of the sentences before ``segment``.
         output: the committed target tokens, text and emissions.
         policy: the policy's history.
         search: what the searches carry across steps.
@@ -50,6 +57,8 @@ class MTStageState:
     """
 
     source: str = ""
+    segment: str = ""
+    base: int = 0
     output: Output = field(default_factory=Output)
     policy: PolicyState = field(default_factory=PolicyState)
     search: SearchState = field(default_factory=SearchState)
@@ -89,11 +98,18 @@ class MTStage(OutputView):
         if st.finished:
             raise SimulstError("this MT stage has finished; start a new one for a new source")
         st.source += increment
-        source = _normalise(st.source)
+        st.segment += increment
+        out: list[Emission] = []
+        if self.options.sentences and self.policy.commits_early:
+            head, tail = _split_after_sentence(st.segment)
+            if head:
+                out += self._step(head, source_ms, elapsed_ms, final=False, whole=True)
+                st.segment, st.base, st.policy, st.search = tail, len(st.output.committed), PolicyState(), SearchState()
+        source = _normalise(st.segment)
         if not source or source == st.last_source or not self.policy.commits_early:
-            return []
+            return out
         st.last_source = source
-        return self._step(source, source_ms, elapsed_ms, final=False)
+        return out + self._step(source, source_ms, elapsed_ms, final=False)
 
     def finish(self, increment: str, source_ms: float, elapsed_ms: float) -> list[Emission]:
         """The source has ended (after ``increment``, possibly empty): translate it all and commit the best
@@ -103,21 +119,29 @@ class MTStage(OutputView):
             return []
         st.finished = True
         st.source += increment
-        source = _normalise(st.source)
+        st.segment += increment
+        source = _normalise(st.segment)
         if not source:
             return []
         return self._step(source, source_ms, elapsed_ms, final=True)
 
     # ------------------------------------------------------------------------------------ internals
-    def _step(self, source: str, source_ms: float, elapsed_ms: float, final: bool) -> list[Emission]:
+    def _step(self, source: str, source_ms: float, elapsed_ms: float, final: bool, whole: bool = False
+              ) -> list[Emission]:
+        """Translate ``source`` (the current segment), continuing the target committed for it; ``final`` (the
+        source has ended) or ``whole`` (the segment is a complete sentence): commit the best translation whole."""
         st = self.state
         start = time.perf_counter()
-        request = MTRequest(source, tuple(st.output.committed), final, self.options, self.searcher, st.search)
+        before = tuple(st.output.committed[: st.base])
+        request = MTRequest(source, tuple(st.output.committed[st.base :]), final or whole, self.options,
+                            self.searcher, st.search)
         hyps: list[Hypothesis] = self.backend.translate(request, st.costs)
+        if before:  # the policies and the commit path see the whole target
+            hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
         if hyps and not final:
             st.steps += 1
         context = PolicyContext(self.tokenizer, source_words=len(source.split()))
-        target = target_tokens(hyps, final, st.output.committed, self.policy, st.policy, context)
+        target = target_tokens(hyps, final or whole, st.output.committed, self.policy, st.policy, context)
         st.costs.compute_s += time.perf_counter() - start
         emission = st.output.commit(target, self.tokenizer, source_ms, elapsed_ms + st.costs.compute_s * 1000.0, final)
         return [] if emission is None else [emission]
@@ -125,3 +149,15 @@ class MTStage(OutputView):
 
 def _normalise(text: str) -> str:
     return " ".join(text.split())
+
+
+SENTENCE_END = re.compile(r"[.?!。？！][\"'»”)\]]*(?=\s|$)")
+
+
+def _split_after_sentence(text: str) -> tuple[str, str]:
+    """(the complete sentences of ``text``, normalised; the rest, raw): split after its last sentence end."""
+    ends = list(SENTENCE_END.finditer(text))
+    if not ends:
+        return "", text
+    cut = ends[-1].end()
+    return _normalise(text[:cut]), text[cut:]

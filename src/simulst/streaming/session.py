@@ -22,6 +22,7 @@ audio decoded) is fixed once per stream.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -29,12 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulst.audio.io import check_audio, is_silent
+from simulst.audio.vad import VoiceActivity, VoiceEvent
 from simulst.config import StreamOptions
-from simulst.errors import AudioError, InputTooLongError
-from simulst.models.base import Encoded, SpeechJudge, SpeechModel
+from simulst.errors import AudioError
+from simulst.models.base import Encoded, PreviousTextPrompter, SpeechJudge, SpeechModel, TokenTimer
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
 from simulst.search import Query, Searcher, SearchState, make_searcher
-from simulst.streaming.commit import Output, OutputView, target_tokens
+from simulst.streaming.commit import Output, OutputView, loop_free_length, target_tokens
 from simulst.types import Costs, Emission, Hypothesis
 
 
@@ -43,22 +45,33 @@ class StreamState:
     """All mutable data of one stream.
 
     Attributes:
-        audio: the source samples read so far (a growing buffer; ``samples`` of it are valid).
+        audio: the audio buffer: the source samples read and not yet trimmed (``samples`` of it are valid).
+        next_decode: the source sample count (since the stream began) at which the next chunk is decoded.
         samples: number of valid samples in ``audio``.
-        next_decode: the sample count at which the next chunk is decoded.
+        offset: source samples trimmed off the front of the buffer so far (long-form streaming).
+        base: committed tokens that belong to audio before the buffer (the rest are forced as the prefix).
+        context_from: the previous-text prompt carries committed tokens from here to ``base`` (reset by a long
+            pause, with VAD).
+        speech_in_buffer: with VAD: the buffer holds speech (else it is not decoded).
+        pause_from: with VAD: where the current pause began (None while speaking).
         output: the committed tokens, text and emissions.
         policy: the policy's history.
         search: what the searches carry across chunks (kept beams, ``Seen``).
         prompt: the decoder prompt, fixed at the first decode (None before).
         costs: work counters.
         chunks: number of non-final decodes that produced hypotheses.
-        last_decoded: sample count of the last decode; with ``last_hyps``, its hypotheses.
+        last_decoded: source sample count of the last decode; with ``last_hyps``, its hypotheses.
         finished: True after :meth:`Session.finish`.
     """
 
     audio: np.ndarray
     next_decode: int
     samples: int = 0
+    offset: int = 0
+    base: int = 0
+    context_from: int = 0
+    speech_in_buffer: bool = False
+    pause_from: int | None = None
     output: Output = field(default_factory=Output)
     policy: PolicyState = field(default_factory=PolicyState)
     search: SearchState = field(default_factory=SearchState)
@@ -69,6 +82,22 @@ class StreamState:
     last_hyps: list[Hypothesis] = field(default_factory=list)
     finished: bool = False
 
+    @property
+    def read(self) -> int:
+        """Source samples read since the stream began."""
+        return self.offset + self.samples
+
+
+@dataclass
+class Decoded:
+    """One decode of the buffer: the source samples read then (since the stream began), the hypotheses (over
+    the whole committed output), the encoding and the decoder prompt it used."""
+
+    read: int
+    hyps: list[Hypothesis]
+    enc: Encoded | None = None
+    prompt: tuple[int, ...] = ()
+
 
 class Session(OutputView):
     """One stream through a shared model: ``push(audio) -> emissions``, then ``finish()``.
@@ -78,6 +107,15 @@ class Session(OutputView):
         options: chunking, search and policy options.
         catch_up: when several chunk boundaries are pending at a push, decode only once, at the latest
             (real-time use: a slow model reads bigger chunks instead of falling further behind).
+
+    Streams of any length: the model sees an audio buffer of at most ``max_buffer_s`` (and its window). Once the
+    buffer is longer than ``segment_s``, it is trimmed behind the last committed sentence end, which the model's
+    token timing (:class:`~simulst.models.base.TokenTimer`) locates in the audio; the committed tokens before the
+    cut leave the forced prefix and are carried as the previous-text prompt
+    (:class:`~simulst.models.base.PreviousTextPrompter`, ``context_tokens`` of them). When the buffer is full
+    with no committed sentence end, it is trimmed behind the last committed word; when nothing in it is
+    committed (or the model has no token timing, or the policy commits only at the end), its best hypothesis is
+    committed whole and the buffer emptied. Nothing committed is ever retracted.
     """
 
     state: StreamState
@@ -91,8 +129,13 @@ class Session(OutputView):
         self.context = PolicyContext(model.tokenizer)
         rate = model.sample_rate
         self.chunk_samples = max(1, round(self.options.chunk_ms * rate / 1000))
+        self.max_buffer = min(model.max_source_samples, round(self.options.max_buffer_s * rate))
+        self.segment_samples = min(self.max_buffer, round(self.options.segment_s * rate))
         first = self.options.initial_wait_ms or self.options.chunk_ms
         self.state = StreamState(np.zeros(rate * 4, dtype=np.float32), next_decode=max(1, round(first * rate / 1000)))
+        self.vad: VoiceActivity | None = None
+        if self.options.vad:
+            self.vad = VoiceActivity(rate, self.options.vad_threshold, self.options.vad_pause_ms)
 
     # ------------------------------------------------------------------------------------ public API
     @property
@@ -102,7 +145,7 @@ class Session(OutputView):
 
     @property
     def next_decode(self) -> int:
-        """The sample count at which the next chunk is decoded."""
+        """The source sample count (since the stream began) at which the next chunk is decoded."""
         return self.state.next_decode
 
     def push(self, audio: np.ndarray) -> list[Emission]:
@@ -111,60 +154,101 @@ class Session(OutputView):
         if st.finished:
             raise AudioError("this stream has finished; start a new Session for new audio")
         check_audio(audio)
-        self._append(np.asarray(audio, dtype=np.float32))
+        audio = np.asarray(audio, dtype=np.float32)
         out: list[Emission] = []
-        if not self.policy.commits_early:
-            return out
-        while st.samples >= st.next_decode:
-            boundary = st.next_decode
-            if self.catch_up:
-                pending = (st.samples - boundary) // self.chunk_samples
-                boundary += pending * self.chunk_samples
-            st.next_decode = boundary + self.chunk_samples
-            emission = self._decode(boundary, final=False)
-            if emission is not None:
-                out.append(emission)
+        pos = 0
+        while pos < audio.shape[0]:
+            if st.samples >= self.max_buffer:
+                out += self._empty_buffer()
+            piece = audio[pos : pos + self.max_buffer - st.samples]
+            pos += piece.shape[0]
+            self._append(piece)
+            if self.vad is not None:
+                out += self._follow_voice(self.vad.feed(piece))
+            out += self._decode_due()
         return out
 
     def finish(self) -> list[Emission]:
-        """The source has ended: decode it all once more and commit the whole best hypothesis."""
+        """The source has ended: decode the buffer once more and commit the whole best hypothesis."""
         st = self.state
         if st.finished:
             return []
         st.finished = True
-        emission = self._decode(st.samples, final=True)
+        if self.vad is not None and not st.speech_in_buffer:
+            return []  # only silence left
+        emission = self._commit(self._decode(st.samples, final=True), final=True)
         return [] if emission is None else [emission]
 
     # ------------------------------------------------------------------------------------ internals
     def _append(self, audio: np.ndarray) -> None:
         st = self.state
         needed = st.samples + audio.shape[0]
-        ensure_fits(self.model, needed)
         if needed > st.audio.shape[0]:
-            grown = np.zeros(max(needed, 2 * st.audio.shape[0]), dtype=np.float32)
+            grown = np.zeros(min(self.max_buffer, max(needed, 2 * st.audio.shape[0])), dtype=np.float32)
             grown[: st.samples] = st.audio[: st.samples]
             st.audio = grown
         st.audio[st.samples : needed] = audio
         st.samples = needed
 
-    def _decode(self, samples: int, final: bool) -> Emission | None:
+    def _decode_due(self) -> list[Emission]:
+        """Decode at every chunk boundary the source has reached (with ``catch_up``: once, at the latest)."""
         st = self.state
+        out: list[Emission] = []
+        if not self.policy.commits_early:
+            return out
+        while st.read >= st.next_decode:
+            boundary = st.next_decode
+            if self.catch_up:
+                boundary += (st.read - boundary) // self.chunk_samples * self.chunk_samples
+            st.next_decode = boundary + self.chunk_samples
+            if boundary <= st.offset or (self.vad is not None and not st.speech_in_buffer):
+                continue  # audio committed and dropped already (a VAD segment end), or silence: no decoding
+            decoded = self._decode(boundary - st.offset, final=False)
+            emission = self._commit(decoded, final=False)
+            if emission is not None:
+                out.append(emission)
+            if boundary - st.offset > self.segment_samples:
+                self._trim(decoded, boundary - st.offset)
+        return out
+
+    def _decode(self, samples: int, final: bool, guarded: bool | None = None) -> Decoded:
+        """Search the first ``samples`` of the buffer (``guarded``: apply the no-speech and low-confidence
+        guards; default: when not ``final``)."""
+        st = self.state
+        guarded = not final if guarded is None else guarded
         start = time.perf_counter()
         audio = st.audio[:samples]
+        read = st.offset + samples
         if samples == 0 or is_silent(audio):
-            hyps: list[Hypothesis] = []
-        elif samples == st.last_decoded and st.last_hyps and (not final or not self.searcher.final_differs):
-            hyps = st.last_hyps  # the source did not grow since the last decode: same search, same result
+            decoded = Decoded(read, [])
+        elif read == st.last_decoded and st.last_hyps and (not final or not self.searcher.final_differs):
+            decoded = Decoded(read, st.last_hyps)  # the source did not grow since the last decode: same result
         else:
-            hyps = self._search(audio, final)
-        st.last_decoded, st.last_hyps = samples, hyps
-        if hyps and not final and self._unsure(hyps[0]):
-            hyps = []
+            decoded = self._search(audio, final, guarded)
+        st.last_decoded, st.last_hyps = read, decoded.hyps
+        if decoded.hyps and guarded and self._unsure(decoded.hyps[0]):
+            decoded = Decoded(read, [], decoded.enc, decoded.prompt)
+        st.costs.compute_s += time.perf_counter() - start
+        return decoded
+
+    def _commit(self, decoded: Decoded, final: bool, whole: bool = False) -> Emission | None:
+        """Commit what the policy (``final`` / ``whole``: the whole best hypothesis) takes from a decode."""
+        st = self.state
+        start = time.perf_counter()
+        hyps = decoded.hyps
         if hyps and not final:
             st.chunks += 1
-        target = target_tokens(hyps, final, st.output.committed, self.policy, st.policy, self.context)
+        committed = st.output.committed
+        target = target_tokens(hyps, final or whole, committed, self.policy, st.policy, self.context)
+        if self.options.loop_guard:
+            keep = loop_free_length(target, len(committed))
+            if keep < len(target):
+                while keep > len(committed) and not self.model.tokenizer.starts_word(target[keep]):
+                    keep -= 1  # cut back to a whole word
+                target = target[:keep]
+                st.costs.count("loop_cuts")
         st.costs.compute_s += time.perf_counter() - start
-        source_ms = samples * 1000.0 / self.model.sample_rate
+        source_ms = decoded.read * 1000.0 / self.model.sample_rate
         elapsed_ms = source_ms + st.costs.compute_s * 1000.0
         return st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, final)
 
@@ -188,24 +272,108 @@ class Session(OutputView):
         self.state.costs.count("no_speech_skips")
         return True
 
-    def _search(self, audio: np.ndarray, final: bool) -> list[Hypothesis]:
+    def _search(self, audio: np.ndarray, final: bool, guarded: bool) -> Decoded:
         st = self.state
         enc = self.model.encode(audio, st.costs)
-        if not final and self._judged_silent(enc):
-            return []
+        read = st.offset + audio.shape[0]
+        if guarded and self._judged_silent(enc):
+            return Decoded(read, [], enc)
         if st.prompt is None:  # fixed once per stream: a multilingual model detects the language here
             st.prompt = tuple(self.model.prompt(enc, st.costs))
+        prompt = st.prompt
+        before = tuple(st.output.committed[: st.base])
+        earlier = before[st.context_from :]
+        if earlier and self.options.context_tokens and isinstance(self.model, PreviousTextPrompter):
+            prompt = (*self.model.previous_text(earlier, self.options.context_tokens), *prompt)
         seconds = audio.shape[0] / self.model.sample_rate
         budget = self.options.search.max_new_tokens or math.ceil(seconds * self.options.search.max_tokens_per_s + 10)
-        committed = tuple(st.output.committed)
-        max_new = min(budget, self.model.max_length - len(committed))
-        return self.searcher.search(self.model, Query(enc, committed, max_new, final, st.prompt), st.search, st.costs)
+        prefix = tuple(st.output.committed[st.base :])
+        max_new = min(budget, self.model.max_length - len(prefix))
+        hyps = self.searcher.search(self.model, Query(enc, prefix, max_new, final, prompt), st.search, st.costs)
+        if before:  # the policies and the commit path see whole outputs
+            hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
+        return Decoded(read, hyps, enc, prompt)
+
+    # ------------------------------------------------------------------------------------ long-form
+    def _trim(self, decoded: Decoded, samples: int) -> None:
+        """Trim the buffer behind the last committed sentence end (full buffer: the last committed word)."""
+        st = self.state
+        committed = st.output.committed
+        in_buffer = committed[st.base :]
+        if not in_buffer or not decoded.hyps or decoded.enc is None or not isinstance(self.model, TokenTimer):
+            return
+        best = decoded.hyps[0].tokens[st.base :]
+        if tuple(best[: len(in_buffer)]) != tuple(in_buffer):
+            return  # (a decode that ignored the prefix cannot time it)
+        tokenizer = self.model.tokenizer
+        ends = [i for i, t in enumerate(in_buffer) if tokenizer.decode([t]).rstrip().endswith(SENTENCE_ENDS)]
+        if ends:
+            last = ends[-1]
+        elif samples + self.chunk_samples > self.max_buffer:
+            last = len(in_buffer) - 1  # committed output ends at a whole word
+        else:
+            return
+        starts = self.model.token_starts(decoded.enc, decoded.prompt, best, st.costs)
+        cut = min(samples, starts[last + 1] * self.model.frame_samples)
+        if cut <= 0:
+            return
+        self._drop(cut, st.base + last + 1)
+
+    def _empty_buffer(self) -> list[Emission]:
+        """The buffer is full and could not be trimmed: commit its best hypothesis whole, then empty it."""
+        st = self.state
+        emission = self._commit(self._decode(st.samples, final=True, guarded=True), final=False, whole=True)
+        st.costs.count("segment_commits")
+        self._drop(st.samples, len(st.output.committed))
+        st.speech_in_buffer = self.vad is not None and self.vad.speaking
+        return [] if emission is None else [emission]
+
+    def _follow_voice(self, events: list[VoiceEvent]) -> list[Emission]:
+        """VAD: a speech end commits the segment before it; silence with no speech in the buffer is dropped."""
+        st = self.state
+        out: list[Emission] = []
+        for event in events:
+            if event.kind == "start":
+                pause = event.sample - st.pause_from if st.pause_from is not None else 0
+                if pause >= self.options.context_reset_s * self.model.sample_rate:
+                    st.context_from = len(st.output.committed)
+                    st.costs.count("context_resets")
+                st.speech_in_buffer, st.pause_from = True, None
+            else:
+                st.pause_from = event.sample
+                out += self._end_segment(event.sample)
+        if self.vad is not None and not self.vad.speaking and not st.speech_in_buffer:
+            keep = self.model.sample_rate // 2  # the last 0.5 s: where speech would start again
+            if st.samples > keep:
+                self._drop(st.samples - keep, len(st.output.committed), count=False)
+        return out
+
+    def _end_segment(self, end: int) -> list[Emission]:
+        """VAD: speech ended at source sample ``end``: commit the segment's best hypothesis whole, drop it."""
+        st = self.state
+        cut = min(st.samples, end - st.offset)
+        if cut <= 0 or not st.speech_in_buffer:
+            st.speech_in_buffer = False  # (its speech was trimmed away behind committed text already)
+            return []
+        # decided now, with the source read so far (the pause had to be heard): stamped with that time
+        decoded = dataclasses.replace(self._decode(cut, final=True, guarded=True), read=st.read)
+        emission = self._commit(decoded, final=False, whole=True)
+        st.costs.count("vad_segments")
+        self._drop(cut, len(st.output.committed))
+        st.speech_in_buffer = False
+        return [] if emission is None else [emission]
+
+    def _drop(self, cut: int, base: int, count: bool = True) -> None:
+        """Remove the first ``cut`` samples of the buffer; committed tokens up to ``base`` now precede it."""
+        st = self.state
+        st.audio[: st.samples - cut] = st.audio[cut : st.samples]
+        st.samples -= cut
+        st.offset += cut
+        st.base = base
+        st.search = SearchState()
+        st.last_decoded, st.last_hyps = -1, []
+        if count:
+            st.costs.count("trims")
 
 
-def ensure_fits(model: SpeechModel, samples: int) -> None:
-    """Raise :class:`InputTooLongError` when ``samples`` of source exceed the model's window."""
-    if samples > model.max_source_samples:
-        raise InputTooLongError(
-            f"the source is longer than the model's {model.max_source_samples / model.sample_rate:.0f} s window; "
-            "long-form streaming is not supported yet - split the audio"
-        )
+SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")

@@ -1,0 +1,237 @@
+"""Long-form streaming: a 10-minute English talk (and the German talk, X→English) through one stream.
+
+Needs the talks of ``bench/longform_sets.py`` (run it first). Writes ``bench/results/longform.md`` (+ ``.csv``, and
+``longform.png``): per configuration, the stream's WER (or BLEU) after resegmenting its output onto the reference
+sentences (``simulst.evaluation.longform``, equal to OmniSTEval), StreamLAAL / StreamLAAL_CA, and for every minute
+of the talk: the mean StreamLAAL_CA of the sentences that start in it, the p50 / p95 compute of a chunk decode, and
+the process's resident memory (RSS) at the end of the minute. The per-utterance offline score of the same model on
+the same sentences is the reference point.
+
+Computation-aware time is a simulated real-time clock, as ``--realtime`` would see it with this machine's compute:
+the chunk ending at source time t is decoded when the audio has arrived and the previous decode is done, i.e. at
+max(t, end of the previous decode), and its emission is stamped with the end of its own decode. (SimulEval's
+per-instance elapsed = source + *cumulative* compute grows without bound over a long stream, which is not what a
+live listener sees.)
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--talks en,de] [--configs default,vad]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine_note, markdown_table
+from simulst.audio.io import load_audio
+from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.evaluation.instances import InstanceRecord
+from simulst.evaluation.longform import (
+    LongformOptions,
+    read_reference_sentences,
+    read_segmentation,
+    score_longform,
+    sentence_stream_laal,
+)
+from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.streaming.engine import SpeechEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ROOT / "out" / "longform"
+RESULTS = ROOT / "bench" / "results"
+TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
+         "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate"))}
+CONFIGS = {"default": StreamOptions(), "vad": StreamOptions(vad=True)}
+COLUMNS = ["talk", "config", "minutes", "quality", "offline_per_utterance", "StreamLAAL", "StreamLAAL_CA",
+           "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms", "RSS_min2_MB", "RSS_last_MB",
+           "RTF", "trims", "vad_segments", "segment_commits"]
+
+
+def _rss_mb() -> float:
+    """Resident memory of this process now (Linux /proc), MB."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 1e6
+
+
+def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray) -> dict[str, Any]:
+    """One stream over the talk, chunk by chunk: per-word delays (source, simulated real-time clock), per-decode
+    compute, RSS per minute."""
+    session = engine.open(options)
+    rate = session.sample_rate
+    step = session.chunk_samples
+    clock = 0.0
+    delays: list[float] = []
+    elapsed: list[float] = []
+    chunks: list[tuple[float, float]] = []  # (source ms, compute ms) of every push that decoded
+    rss: list[float] = []
+    for pos in range(0, audio.shape[0] + 1, step):
+        piece = audio[pos : pos + step]
+        started = time.perf_counter()
+        emissions = session.push(piece) if piece.shape[0] else session.finish()
+        spent = (time.perf_counter() - started) * 1000.0
+        arrived = (pos + piece.shape[0]) * 1000.0 / rate
+        clock = max(clock, arrived) + spent
+        chunks.append((arrived, spent))
+        for e in emissions:
+            for _ in e.text.split():
+                delays.append(e.source_ms)
+                elapsed.append(clock)
+        if (pos + step) // (60 * rate) > pos // (60 * rate) or pos + step > audio.shape[0]:
+            rss.append(_rss_mb())
+    if not session.state.finished:
+        for e in session.finish():
+            for _ in e.text.split():
+                delays.append(e.source_ms)
+                elapsed.append(clock)
+    return {"text": session.text, "delays": delays, "elapsed": elapsed, "chunks": chunks, "rss": rss,
+            "costs": session.costs}
+
+
+def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: list[Any]) -> list[str]:
+    """Each reference sentence's audio decoded offline on its own (the per-utterance reference point)."""
+    options = StreamOptions(policy=PolicyOptions.parse("offline"))
+    texts = []
+    for seg in segments:
+        start = int(seg.offset * 16000)
+        session = engine.open(options)
+        session.push(audio[start : start + int(seg.duration * 16000)])
+        session.finish()
+        texts.append(session.text)
+    return texts
+
+
+def run(talk: str, config: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    name, model_options = TALKS[talk]
+    wav = SETS / f"{name}.wav"
+    audio = load_audio(wav)
+    references = read_reference_sentences(SETS / f"{name}.sentences.txt")
+    segments = read_segmentation(SETS / f"{name}.yaml")
+    engine = SpeechEngine.load(model_options)
+    out = stream_talk(engine, CONFIGS[config], audio)
+    record = InstanceRecord(0, " ".join(out["text"].split()), out["delays"], out["elapsed"], source=str(wav),
+                            source_length=audio.shape[0] / 16.0, reference=" ".join(references))
+    translate = model_options.task == "translate"
+    report = score_longform([record], references, segments,
+                            LongformOptions(computation_aware=True))
+    offline = offline_per_utterance(engine, audio, segments)
+    if translate:
+        import sacrebleu
+
+        quality = report.scores["BLEU"]
+        reference_point = sacrebleu.corpus_bleu(offline, [references]).score
+    else:
+        quality = report.scores["WER_norm"]
+        reference_point = wer(offline, references, normalize_for_wer)
+    per_minute: dict[int, list[float]] = {}
+    for sentence in report.sentences:
+        value = sentence_stream_laal(sentence, computation_aware=True)
+        if value is not None:
+            per_minute.setdefault(int(sentence.offset // 60000), []).append(value / 1000.0)
+    minutes = sorted(per_minute)
+    compute = [c for _, c in out["chunks"]]
+    costs = out["costs"]
+    row = {
+        "talk": name, "config": config, "minutes": audio.shape[0] / 16000 / 60,
+        "quality": quality, "offline_per_utterance": reference_point,
+        "StreamLAAL": report.scores["StreamLAAL"] / 1000.0, "StreamLAAL_CA": report.scores["StreamLAAL_CA"] / 1000.0,
+        "first_min_AL_CA": statistics.fmean(per_minute[minutes[0]]),
+        "last_min_AL_CA": statistics.fmean(per_minute[minutes[-1]]),
+        "chunk_p50_ms": float(np.percentile(compute, 50)), "chunk_p95_ms": float(np.percentile(compute, 95)),
+        "RSS_min2_MB": out["rss"][1] if len(out["rss"]) > 1 else out["rss"][0], "RSS_last_MB": out["rss"][-1],
+        "RTF": costs.compute_s / (audio.shape[0] / 16000), "trims": costs.extra.get("trims", 0),
+        "vad_segments": costs.extra.get("vad_segments", 0), "segment_commits": costs.extra.get("segment_commits", 0),
+    }
+    series = [{"minute": m, "AL_CA": statistics.fmean(per_minute[m]),
+               "chunk_p50_ms": float(np.percentile([c for t, c in out["chunks"] if t // 60000 == m] or [0.0], 50)),
+               "chunk_p95_ms": float(np.percentile([c for t, c in out["chunks"] if t // 60000 == m] or [0.0], 95)),
+               "RSS_MB": out["rss"][min(m, len(out["rss"]) - 1)]} for m in minutes]
+    print(markdown_table([row], COLUMNS).splitlines()[-1], flush=True)
+    return row, series
+
+
+def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for label, series in all_series.items():
+        xs = [s["minute"] for s in series]
+        axes[0].plot(xs, [s["AL_CA"] for s in series], marker="o", label=label)
+        axes[1].plot(xs, [s["chunk_p95_ms"] for s in series], marker="o", label=f"{label} p95")
+        axes[1].plot(xs, [s["chunk_p50_ms"] for s in series], linestyle="--", label=f"{label} p50")
+        axes[2].plot(xs, [s["RSS_MB"] for s in series], marker="o", label=label)
+    for ax, title in zip(axes, ("StreamLAAL_CA per minute (s)", "compute per chunk (ms)", "RSS (MB)"), strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("minute of the talk")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = RESULTS / "longform.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--talks", default="en,de")
+    parser.add_argument("--configs", default="default,vad")
+    parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
+    args = parser.parse_args()
+    global SETS
+    SETS = args.sets
+    if not (SETS / "en-talk.wav").is_file():
+        raise SystemExit("run bench/longform_sets.py first")
+    rows, all_series = [], {}
+    for talk in args.talks.split(","):
+        for config in args.configs.split(","):
+            row, series = run(talk, config)
+            rows.append(row)
+            all_series[f"{talk} {config}"] = series
+    RESULTS.mkdir(exist_ok=True)
+    with (RESULTS / "longform.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    png = plot(all_series)
+    lines = [
+        "# Long-form streaming: one stream over a whole talk",
+        "",
+        "Written by `bench/longform.py` on the talks of `bench/longform_sets.py`: `en-talk` (jfk + fleurs-en-dev "
+        "joined with 0.3-2 s pauses and repeated, Whisper tiny.en, transcription: `quality` = WER after "
+        "resegmentation, %) and `de-talk` (the 10 German fleurs-multi utterances, Whisper base X→English: "
+        "`quality` = BLEU after resegmentation). `offline_per_utterance`: the same model decoding each sentence's "
+        "audio offline on its own. Latency in seconds: StreamLAAL (resegmented onto the reference sentences, equal "
+        "to OmniSTEval) and its computation-aware form on a simulated real-time clock (see the script); "
+        "`first/last_min_AL_CA`: mean StreamLAAL_CA of the sentences starting in the first / last minute. "
+        "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
+        "Stream options are the defaults (`vad`: `--vad`).",
+        "",
+        f"Run: {machine_note()}.",
+        "",
+        markdown_table(rows, COLUMNS),
+        "",
+        f"![per minute]({png.name})",
+        "",
+        "## Per minute",
+        "",
+    ]
+    for label, series in all_series.items():
+        lines += [f"### {label}", "", markdown_table(series, ["minute", "AL_CA", "chunk_p50_ms", "chunk_p95_ms",
+                                                             "RSS_MB"]), ""]
+    (RESULTS / "longform.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

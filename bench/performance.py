@@ -1,0 +1,226 @@
+"""Performance of the default configuration and its ablations on this CPU, against the engine-speed anchor.
+
+Two parts, written to ``bench/results/performance.md`` (+ ``.csv``):
+
+1. **Streaming runs** on the 6 shared English utterances (jfk + fleurs-en-dev, 51.9 s), each fed at the pace of a
+   live speaker (``feed_realtime``, exactly ``simulst transcribe AUDIO --realtime``: audio arrives at wall-clock
+   speed; a decode reads what has arrived). WER (normalised), AL (source clock), AL_CA (each word's delay = the
+   wall-clock time of the emission that wrote it, the ``--realtime`` JSON's ``elapsed_ms``), RTF = compute /
+   audio, decoder passes and encoder calls. SimulEval conventions, word unit, |Y*| = reference words.
+2. **Engine speed against CTranslate2** (PyPI ``ctranslate2``, the engine of faster-whisper and whisper_streaming)
+   running the same tiny.en weights: one encoder call on a full 30 s window and one decoder step (batch 1, a
+   40-token cache), ours against CTranslate2's, as medians over repeats. CTranslate2 has no single-step API: its
+   step time is (greedy ``generate`` time - its encoder time) / generated tokens, on jfk.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/performance.py [--configs default,full-fp32,...] [--repeats 1]
+
+The configurations (``--list`` prints them) are ablations of one thing each against the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Item, english_set, machine_note, markdown_table
+from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
+from simulst.evaluation.latency import average_lagging
+from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.models.catalog import resolve
+from simulst.models.loading import load_model
+from simulst.models.mel import log_mel_spectrogram
+from simulst.models.whisper import WhisperModel
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.feed import feed_realtime
+from simulst.types import Costs
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODEL = "whisper-tiny.en"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One row: the model's and the stream's options (everything not named is the default)."""
+
+    name: str
+    note: str
+    model: ModelOptions
+    stream: StreamOptions
+
+
+def _configs() -> list[Config]:
+    default_model, default_stream = ModelOptions(MODEL), StreamOptions()
+
+    def model(**kw: Any) -> ModelOptions:
+        return dataclasses.replace(default_model, **kw)
+
+    def stream(**kw: Any) -> StreamOptions:
+        return dataclasses.replace(default_stream, **kw)
+
+    return [
+        Config("default", "no flags", default_model, default_stream),
+        Config("full-fp32", "the old default: 30 s window, fp32", model(window="full", precision="fp32"),
+               default_stream),
+        Config("audio-int8", "--window audio --precision int8", model(window="audio", precision="int8"),
+               default_stream),
+        Config("audio-int8-500", "same, 500 ms chunks", model(window="audio", precision="int8"),
+               stream(chunk_ms=500.0)),
+        Config("audio-int8-ctc", "--policy ctc", model(window="audio", precision="int8", ctc_head="default"),
+               stream(policy=PolicyOptions.parse("ctc"))),
+        Config("audio-int8-alignatt", "--policy alignatt", model(window="audio", precision="int8"),
+               stream(policy=PolicyOptions.parse("alignatt"))),
+        Config("audio-int8-beam5", "--beam 5", model(window="audio", precision="int8"),
+               stream(search=SearchOptions("beam", 5))),
+    ]
+
+
+def run_realtime(engine: SpeechEngine, options: StreamOptions, item: Item) -> dict[str, Any]:
+    """One utterance at real-time pace: text, per-word (source ms, wall ms) delays and the costs."""
+    session = engine.open(options, catch_up=True)
+    walls: list[tuple[str, float, float]] = []
+    feed_realtime(session, item.audio, lambda e, wall: walls.append((e.text, e.source_ms, wall)))
+    source = [s for text, s, _ in walls for _ in text.split()]
+    wall = [w for text, _, w in walls for _ in text.split()]
+    return {"text": session.text, "source": source, "wall": wall, "costs": session.costs}
+
+
+def score(items: list[Item], runs: list[dict[str, Any]]) -> dict[str, float]:
+    al, al_ca = [], []
+    for item, run in zip(items, runs, strict=True):
+        if run["source"]:
+            ref_words = len(item.transcript.split())
+            al.append(average_lagging(run["source"], item.source_ms, ref_words))
+            al_ca.append(average_lagging(run["wall"], item.source_ms, ref_words))
+    costs: list[Costs] = [r["costs"] for r in runs]
+    audio_s = sum(i.source_ms for i in items) / 1000.0
+    return {
+        "WER": wer([r["text"] for r in runs], [i.transcript for i in items], normalize_for_wer),
+        "AL": statistics.fmean(al) / 1000.0 if al else float("nan"),
+        "AL_CA": statistics.fmean(al_ca) / 1000.0 if al_ca else float("nan"),
+        "RTF": sum(c.compute_s for c in costs) / audio_s,
+        "decoder_passes": sum(c.decoder_calls for c in costs),
+        "encoder_calls": sum(c.encoder_calls for c in costs),
+    }
+
+
+def _median_s(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def engine_speed(audio: np.ndarray, repeats: int = 7) -> list[dict[str, Any]]:
+    """Our encoder call and decoder step against CTranslate2's on the same weights (full 30 s window)."""
+    return [_speed_row(audio, compute_type, precision, repeats)
+            for compute_type, precision in (("float32", "fp32"), ("int8", "int8"))]
+
+
+def _speed_row(audio: np.ndarray, compute_type: str, precision: str, repeats: int) -> dict[str, Any]:
+    import ctranslate2
+
+    mel = log_mel_spectrogram(torch.from_numpy(audio), 80, 3000)
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.unsqueeze(0).numpy()))
+    ct2 = ctranslate2.models.Whisper(str(resolve(MODEL)), device="cpu", compute_type=compute_type,
+                                     intra_threads=torch.get_num_threads())
+    ours = load_model(MODEL, window="full", precision=precision)
+    assert isinstance(ours, WhisperModel)
+    costs = Costs()
+    ct2_encode = _median_s(lambda: ct2.encode(features), repeats)
+    our_encode = _median_s(lambda: ours.encode(audio, costs), repeats)
+    prompt = [ours.sot_id, ours.no_timestamps_id]
+    result = ct2.generate(features, [prompt], beam_size=1, max_length=448)
+    n_tokens = len(result[0].sequences_ids[0]) + 1  # + <|endoftext|>
+    ct2_generate = _median_s(lambda: ct2.generate(features, [prompt], beam_size=1, max_length=448), repeats)
+    ct2_step = (ct2_generate - ct2_encode) / n_tokens
+    _, state = ours.start(ours.encode(audio, costs), list(range(300, 340)), costs)
+    token = torch.tensor([400])
+    our_step = _median_s(lambda: ours.step(state, token, costs), repeats * 5)
+    row = {"precision": f"ours {precision} / CT2 {compute_type}", "our_encoder_ms": our_encode * 1000,
+           "ct2_encoder_ms": ct2_encode * 1000, "encoder_ratio": our_encode / ct2_encode,
+           "our_step_ms": our_step * 1000, "ct2_step_ms": ct2_step * 1000, "step_ratio": our_step / ct2_step}
+    print(row, flush=True)
+    return row
+
+
+STREAM_COLUMNS = ["config", "flags", "WER", "AL", "AL_CA", "RTF", "decoder_passes", "encoder_calls"]
+SPEED_COLUMNS = ["precision", "our_encoder_ms", "ct2_encoder_ms", "encoder_ratio", "our_step_ms", "ct2_step_ms",
+                 "step_ratio"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default=None, help="comma-separated names (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the configurations and exit")
+    parser.add_argument("--no-anchor", action="store_true", help="skip the CTranslate2 comparison")
+    args = parser.parse_args()
+    configs = _configs()
+    if args.list:
+        for c in configs:
+            print(f"{c.name:24s} {c.note}\n{'':24s} {c.model}\n{'':24s} {c.stream}")
+        return
+    if args.configs:
+        wanted = args.configs.split(",")
+        configs = [c for c in configs if c.name in wanted]
+    items = english_set()
+    rows = []
+    engines: dict[ModelOptions, SpeechEngine] = {}
+    for config in configs:
+        engine = engines.get(config.model) or engines.setdefault(config.model, SpeechEngine.load(config.model))
+        runs = [run_realtime(engine, config.stream, item) for item in items]
+        rows.append({"config": config.name, "flags": config.note, **score(items, runs)})
+        print(markdown_table([rows[-1]], STREAM_COLUMNS).splitlines()[-1], flush=True)
+    speed = [] if args.no_anchor else engine_speed(items[0].audio)
+    write(rows, speed)
+
+
+def write(rows: list[dict[str, Any]], speed: list[dict[str, Any]]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    with (RESULTS / "performance.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=STREAM_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [
+        "# Performance on this CPU: the default and its ablations (Whisper tiny.en)",
+        "",
+        "Written by `bench/performance.py` on the 6 shared English utterances (jfk + fleurs-en-dev, 51.9 s), each "
+        "fed at real-time pace (`--realtime`). WER normalised (%); AL (source clock) and AL_CA (wall clock of each "
+        "word's emission) in seconds, word unit, mean over utterances; RTF = compute / audio; passes and calls "
+        "are totals. The bar (whisper_streaming, LocalAgreement-2 over faster-whisper int8, tiny.en, 1 s chunks, "
+        "16 utterances incl. these 6): WER 7.2 %, AL_CA 2.70 s, RTF 0.5-0.6. Target: WER <= 6 %, AL_CA <= 1.4 s, "
+        "RTF <= 0.25 with no flags.",
+        "",
+        f"Run: {machine_note()}.",
+        "",
+        markdown_table(rows, STREAM_COLUMNS),
+        "",
+    ]
+    if speed:
+        lines += [
+            "## Engine speed against CTranslate2 (same tiny.en weights, full 30 s window, jfk)",
+            "",
+            "Medians; `*_ratio` = ours / CTranslate2's (below 1: we are faster).",
+            "",
+            markdown_table(speed, SPEED_COLUMNS),
+            "",
+        ]
+    (RESULTS / "performance.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""Long-form streaming: a bounded audio buffer trimmed behind committed text, token timing by DTW, the loop
+guard, sentence-by-sentence MT; hand-worked cases, properties over trims, and real Whisper on a minute of speech."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulst.audio.io import load_audio
+from simulst.config import PolicyOptions, StreamOptions
+from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.models.base import Encoded, PreviousTextPrompter, TokenTimer
+from simulst.models.timing import dtw, median_filter, token_start_frames
+from simulst.mt.options import MTOptions
+from simulst.streaming.commit import loop_free_length
+from simulst.streaming.feed import feed_fast
+from simulst.streaming.mt_stage import MTStage
+from simulst.streaming.session import Session
+from simulst.types import Costs
+from tests.shared_assets import DATA, JFK, needs_shared
+from tests.test_cascade_mt_stage import ScriptedMT
+from tests.toy import ToySpeechModel
+
+# ----------------------------------------------------------------------------------------- the loop guard
+
+
+def test_loop_guard_hand_worked() -> None:
+    assert loop_free_length([5, 6] * 4, 0) == 6  # a 2-token n-gram: the 4th copy in a row is cut
+    assert loop_free_length([7] * 5, 0) == 3  # one token: three in a row pass, the 4th is cut
+    assert loop_free_length([1, 2, 3, 4] * 3, 0) == 8  # 4 tokens (a phrase): twice in a row pass, the 3rd is cut
+    assert loop_free_length([1, 2, 3, 4, 9, 1, 2, 3, 4], 0) == 9  # not in a row: kept
+    assert loop_free_length([1, 2, 3, 4, 5], 0) == 5
+    # what is committed already is never cut; a loop running on into the new tokens is cut at once
+    assert loop_free_length([5, 6] * 4 + [9], 8) == 9
+    assert loop_free_length([5, 6] * 5, 8) == 8
+    assert loop_free_length([5, 6] * 3 + [5], 6) == 7
+    # a 14-token sentence said a third time within 100 tokens, with other tokens in between
+    sentence = list(range(20, 34))
+    assert loop_free_length([*sentence, 1, *sentence, 2, *sentence], 0) == 30  # the third copy is cut
+    assert loop_free_length([*sentence, 1, *sentence, 2, 3], 0) == 31  # twice: kept
+    far = sentence + list(range(40, 90)) + sentence + list(range(90, 140)) + sentence
+    assert loop_free_length(far, 0) == len(far)  # the first copy is more than 100 tokens back
+    assert loop_free_length([*sentence, 1, *sentence, 2, *sentence], 30) == 30  # two are committed already
+
+
+@given(st.lists(st.integers(0, 3), max_size=30), st.integers(0, 30))
+def test_loop_guard_properties(tokens: list[int], start: int) -> None:
+    start = min(start, len(tokens))
+    keep = loop_free_length(tokens, start)
+    assert start <= keep <= len(tokens)
+    kept = tokens[:keep]
+    # nothing past ``start`` completes a 4th copy of a 1-3 token n-gram or a 3rd copy of a longer one
+    for end in range(start + 1, keep + 1):
+        for n in range(1, 17):
+            copies = 4 if n <= 3 else 3
+            if n * copies <= end:
+                gram = kept[end - n : end]
+                assert not all(kept[end - k * n - n : end - k * n] == gram for k in range(1, copies))
+
+
+# ----------------------------------------------------------------------------------------- token timing (DTW)
+
+
+def test_median_filter_hand_worked() -> None:
+    x = np.array([0, 0, 5, 0, 0, 0, 7, 7, 0], dtype=float)
+    assert median_filter(x, 3).tolist() == [0, 0, 0, 0, 0, 0, 7, 7, 7]  # the 5 is an outlier; edges reflected
+    assert median_filter(x, 1).tolist() == x.tolist()
+    with pytest.raises(ValueError):
+        median_filter(x, 2)
+
+
+def test_dtw_hand_worked() -> None:
+    rows, cols = dtw(np.array([[0.0, 0.0, 9.0, 9.0], [9.0, 9.0, 0.0, 0.0]]))
+    assert rows.tolist() == [0, 0, 1, 1] and cols.tolist() == [0, 1, 2, 3]
+    rows, cols = dtw(np.array([[0.0, 9.0], [0.0, 9.0], [9.0, 0.0]]))  # two rows share frame 0
+    assert rows.tolist() == [0, 1, 2] and cols.tolist() == [0, 0, 1]
+
+
+def test_token_starts_follow_the_attention() -> None:
+    # 2 heads, 3 rows (2 tokens + the end), 30 frames: row r attends frames 10r..10r+9 (a blip in head 1 at
+    # frame 25 of row 0 is filtered out by the median over 7 frames)
+    scores = np.full((2, 3, 30), -5.0)
+    for r in range(3):
+        scores[:, r, 10 * r : 10 * r + 10] = 5.0
+    scores[1, 0, 25] = 9.0
+    assert token_start_frames(scores) == [0, 10, 20]
+
+
+class TimedToy(ToySpeechModel):
+    """The toy speech model with token timing (word i of the buffer read at frame i * ms_per_word / 20) and a
+    previous-text prompt: a long-form capable model."""
+
+    frame_samples = 20
+
+    def __init__(self) -> None:
+        super().__init__("the cat sat on the mat .", ms_per_word=700)
+        self.prompts: list[tuple[int, ...]] = []
+
+    def token_starts(self, enc: Encoded, prompt: Sequence[int], tokens: Sequence[int], costs: Costs) -> list[int]:
+        self.prompts.append(tuple(prompt))
+        frames = enc.frames.shape[1]
+        return [min(frames, i * self.ms_per_word // self.frame_samples) for i in range(len(tokens) + 1)]
+
+    def previous_text(self, tokens: Sequence[int], limit: int) -> list[int]:
+        return list(tokens[-limit:])
+
+
+def test_the_toys_are_what_they_claim() -> None:
+    assert isinstance(TimedToy(), TokenTimer) and isinstance(TimedToy(), PreviousTextPrompter)
+    assert not isinstance(ToySpeechModel(), TokenTimer)
+
+
+# ----------------------------------------------------------------------------------------- sessions over trims
+
+
+def _speech(seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return (0.1 * rng.standard_normal(int(seconds * 1000))).astype(np.float32)  # 1 kHz toy audio, never silent
+
+
+def _check_stream(session: Session, audio: np.ndarray, pieces: Sequence[int]) -> None:
+    shown = ""
+    pos = 0
+    for size in pieces:
+        for e in session.push(audio[pos : pos + size]):
+            shown += e.text
+        pos += size
+        assert session.state.samples <= session.max_buffer  # bounded, whatever the push size
+        assert session.state.read == min(pos, audio.shape[0])
+        assert session.text == shown  # nothing retracted: the output only grows
+    for e in session.finish():
+        shown += e.text
+    assert shown == session.text
+    times = [e.source_ms for e in session.emissions]
+    assert times == sorted(times) and times[-1] <= audio.shape[0]
+    tokens = [t for e in session.emissions for t in e.tokens]
+    assert tokens == session.state.output.committed
+
+
+def test_a_model_without_timing_commits_full_buffers_whole() -> None:
+    session = Session(ToySpeechModel(), StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8))
+    audio = _speech(30)
+    _check_stream(session, audio, [1000] * 30)
+    assert session.costs.extra["segment_commits"] == 3  # at 8, 16 and 24 s
+    assert session.state.offset == 24_000
+
+
+def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_context() -> None:
+    model = TimedToy()
+    # (the toy says its sentence again in every buffer: no loop guard, which would rightly cut the repetition)
+    session = Session(model, StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False))
+    _check_stream(session, _speech(40), [1000] * 40)
+    assert session.costs.extra["trims"] >= 3 and "segment_commits" not in session.costs.extra
+    assert session.state.base > 0 and session.state.offset > 0
+    assert any(p for p in model.prompts[1:])  # after the first trim the committed text is the prompt
+    assert session.text.count("the cat sat on the mat .") >= 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pieces=st.lists(st.integers(1, 9000), min_size=1, max_size=40),
+    timed=st.booleans(),
+    policy=st.sampled_from(["la-2", "hold-1", "offline", "alignatt"]),
+    segment=st.floats(2.0, 10.0),
+    catch_up=st.booleans(),
+)
+def test_streams_of_any_length_stay_bounded_and_never_retract(
+    pieces: list[int], timed: bool, policy: str, segment: float, catch_up: bool
+) -> None:
+    if policy == "alignatt":
+        policy = "la-1"  # the toy has no attention; la-1 commits the most, the hardest case for trimming
+    model = TimedToy() if timed else ToySpeechModel("the cat sat on the mat .")
+    options = StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse(policy), segment_s=segment,
+                            max_buffer_s=segment + 3.0)
+    session = Session(model, options, catch_up=catch_up)
+    audio = _speech(sum(pieces) / 1000.0)
+    _check_stream(session, audio, pieces)
+
+
+# ----------------------------------------------------------------------------------------- MT by sentences
+
+
+def test_the_mt_stage_translates_sentence_by_sentence() -> None:
+    backend = ScriptedMT({"the cat sat.": "la gata se sentó .", "a dog": "un perro"})
+    stage = MTStage(backend, MTOptions(policy=PolicyOptions.parse("la-1")))
+    out = stage.push("the cat sat.", 1000.0, 1100.0)
+    assert [e.text for e in out] == ["la gata se sentó ."]  # the sentence is complete: committed whole
+    out = stage.push(" a dog", 2000.0, 2100.0)
+    assert backend.calls[-1] == ("a dog", (), False)  # only the new sentence, continuing nothing
+    out += stage.finish("", 3000.0, 3100.0)
+    assert stage.text == "la gata se sentó . un perro"
+    stage = MTStage(ScriptedMT(), MTOptions(policy=PolicyOptions.parse("la-1"), sentences=False))
+    stage.push("the cat sat.", 1000.0, 1100.0)
+    stage.push(" a dog", 2000.0, 2100.0)
+    assert stage.backend.calls[-1][0] == "the cat sat. a dog"  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------------------- real Whisper
+
+
+def _english_talk() -> tuple[np.ndarray, str]:
+    """jfk + the 5 fleurs-en-dev utterances with 1 s pauses (about 57 s), and the joined transcripts."""
+    parts, texts = [], []
+    for manifest in ("jfk.tsv", "fleurs-en-dev.tsv"):
+        for line in (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]:
+            _uid, audio, _duration, transcript = line.split("\t")[:4]
+            parts += [load_audio(DATA / audio), np.zeros(16000, dtype=np.float32)]
+            texts.append(transcript)
+    return np.concatenate(parts), " ".join(texts)
+
+
+@pytest.mark.real
+@needs_shared
+def test_whisper_token_starts_on_jfk() -> None:
+    from simulst.models.loading import load_model
+    from simulst.models.whisper import WhisperModel
+
+    model = load_model("whisper-tiny.en")
+    assert isinstance(model, WhisperModel)
+    audio = load_audio(JFK)
+    costs = Costs()
+    enc = model.encode(audio, costs)
+    prompt = model.prompt(enc, costs)
+    tokens = model.tokenizer.encode(" And so my fellow Americans, ask not what your country can do for you,"
+                                    " ask what you can do for your country.")
+    starts = token_starts = model.token_starts(enc, prompt, tokens, costs)
+    assert len(starts) == len(tokens) + 1 and starts == sorted(starts)
+    seconds = [f * 0.02 for f in token_starts]
+    # jfk: "And so" begins about 0.3 s in, "ask not" about 3.0 s, the last "country" about 9.9 s; speech ends ~10.6 s
+    ask = next(i for i, t in enumerate(tokens) if model.tokenizer.decode([t]).strip() == "ask")
+    assert seconds[0] < 1.0 and 2.0 < seconds[ask] < 4.0 and 9.0 < seconds[-1] <= 11.0
+    assert model.previous_text(tokens, 5) == [model.sot_prev_id, *tokens[-5:]]
+    assert model.previous_text([], 5) == []
+
+
+@pytest.mark.real
+@needs_shared
+def test_a_minute_of_english_streams_through_a_bounded_buffer() -> None:
+    from simulst.models.loading import load_model
+
+    audio, transcript = _english_talk()
+    session = Session(load_model("whisper-tiny.en"), StreamOptions(segment_s=10.0, max_buffer_s=20.0))
+    shown = ""
+    for pos in range(0, audio.shape[0], session.chunk_samples):
+        for e in session.push(audio[pos : pos + session.chunk_samples]):
+            shown += e.text
+        assert session.state.samples <= session.max_buffer
+    shown += "".join(e.text for e in session.finish())
+    assert shown == session.text
+    assert session.costs.extra.get("trims", 0) >= 3 and session.state.base > 0
+    assert "segment_commits" not in session.costs.extra  # every trim was behind committed text
+    error = wer([session.text], [transcript], normalize_for_wer)
+    assert error < 20.0, (error, session.text)  # (per utterance, offline: 8.8 %)
+    assert "ask not what your country" in normalize_for_wer(session.text)
+
+
+@pytest.mark.real
+@needs_shared
+def test_the_same_minute_offline_policy_is_decoded_in_buffer_sized_segments() -> None:
+    from simulst.models.loading import load_model
+
+    audio, transcript = _english_talk()
+    options = StreamOptions(policy=PolicyOptions.parse("offline"))
+    session = Session(load_model("whisper-tiny.en", window="audio", precision="int8"), options)
+    feed_fast(session, audio)
+    assert session.costs.extra["segment_commits"] == 2  # 57 s: two full 25 s buffers, then the rest at the end
+    assert wer([session.text], [transcript], normalize_for_wer) < 25.0
+
+
+# ----------------------------------------------------------------------------------------- voice activity
+
+
+@needs_shared
+def test_silero_finds_the_six_utterances_of_the_talk() -> None:
+    pytest.importorskip("silero_vad")
+    from simulst.audio.vad import VoiceActivity
+
+    audio, _ = _english_talk()
+    vad = VoiceActivity(16000, pause_ms=500)
+    events = []
+    for pos in range(0, audio.shape[0], 1600):  # 100 ms pieces
+        events += vad.feed(audio[pos : pos + 1600])
+    kinds = [e.kind for e in events]
+    assert kinds == ["start", "end"] * (len(kinds) // 2)  # alternating, every start closed
+    assert 6 <= kinds.count("start") <= 14  # six utterances (inner pauses of 0.5 s split some: 11 seen)
+    samples = [e.sample for e in events]
+    assert samples == sorted(samples) and samples[-1] <= audio.shape[0]
+
+
+def test_vad_options_are_checked() -> None:
+    from simulst.audio.vad import VoiceActivity
+    from simulst.errors import OptionError
+
+    with pytest.raises(OptionError):
+        VoiceActivity(44100)
+    with pytest.raises(OptionError):
+        StreamOptions(vad_threshold=1.5)
+
+
+@pytest.mark.real
+@needs_shared
+def test_vad_skips_silence_and_commits_at_pauses() -> None:
+    pytest.importorskip("silero_vad")
+    from simulst.models.loading import load_model
+
+    model = load_model("whisper-tiny.en")  # (with the audio window tiny.en loops on some short segments)
+    talk, transcript = _english_talk()
+    audio = np.concatenate([np.zeros(8 * 16000, dtype=np.float32), talk])  # 8 s of silence first
+    session = Session(model, StreamOptions(vad=True))
+    emissions = feed_fast(session, audio)
+    assert emissions[0].source_ms > 8000  # nothing from the silence
+    times = [e.source_ms for e in emissions]
+    assert times == sorted(times)
+    assert session.costs.extra["vad_segments"] >= 5  # committed at the pauses between utterances
+    assert wer([session.text], [transcript], normalize_for_wer) < 20.0  # (12.8 seen; without VAD 14.4)
+    chunks = audio.shape[0] // session.chunk_samples
+    chunk_decodes = session.costs.encoder_calls - session.costs.extra["vad_segments"] - 1  # - segment ends, final
+    assert chunk_decodes <= chunks - 8  # the silence (8 s first, 1 s pauses) is not decoded (50 of 65 seen)
