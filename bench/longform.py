@@ -50,7 +50,10 @@ SETS = ROOT / "out" / "longform"
 RESULTS = ROOT / "bench" / "results"
 TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
          "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate"))}
-CONFIGS = {"default": StreamOptions(), "vad": StreamOptions(vad=True)}
+CONFIGS = {"default": StreamOptions(), "vad": StreamOptions(vad=True),
+           "segment-15": StreamOptions(segment_s=15.0, max_buffer_s=25.0),
+           "segment-5": StreamOptions(segment_s=5.0, max_buffer_s=12.0)}
+READING = "## Reading"
 COLUMNS = ["talk", "config", "minutes", "quality", "offline_per_utterance", "StreamLAAL", "StreamLAAL_CA",
            "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms", "RSS_min2_MB", "RSS_last_MB",
            "RTF", "trims", "vad_segments", "segment_commits"]
@@ -69,6 +72,7 @@ def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray)
     rate = session.sample_rate
     step = session.chunk_samples
     clock = 0.0
+    words: list[str] = []  # SimulEval's word units: every emission split on its own (runner.emission_units)
     delays: list[float] = []
     elapsed: list[float] = []
     chunks: list[tuple[float, float]] = []  # (source ms, compute ms) of every push that decoded
@@ -82,17 +86,19 @@ def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray)
         clock = max(clock, arrived) + spent
         chunks.append((arrived, spent))
         for e in emissions:
-            for _ in e.text.split():
+            for word in e.text.split():
+                words.append(word)
                 delays.append(e.source_ms)
                 elapsed.append(clock)
         if (pos + step) // (60 * rate) > pos // (60 * rate) or pos + step > audio.shape[0]:
             rss.append(_rss_mb())
     if not session.state.finished:
         for e in session.finish():
-            for _ in e.text.split():
+            for word in e.text.split():
+                words.append(word)
                 delays.append(e.source_ms)
                 elapsed.append(clock)
-    return {"text": session.text, "delays": delays, "elapsed": elapsed, "chunks": chunks, "rss": rss,
+    return {"text": " ".join(words), "delays": delays, "elapsed": elapsed, "chunks": chunks, "rss": rss,
             "costs": session.costs}
 
 
@@ -109,15 +115,15 @@ def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: lis
     return texts
 
 
-def run(talk: str, config: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(talk: str, config: str, sets: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     name, model_options = TALKS[talk]
-    wav = SETS / f"{name}.wav"
+    wav = sets / f"{name}.wav"
     audio = load_audio(wav)
-    references = read_reference_sentences(SETS / f"{name}.sentences.txt")
-    segments = read_segmentation(SETS / f"{name}.yaml")
+    references = read_reference_sentences(sets / f"{name}.sentences.txt")
+    segments = read_segmentation(sets / f"{name}.yaml")
     engine = SpeechEngine.load(model_options)
     out = stream_talk(engine, CONFIGS[config], audio)
-    record = InstanceRecord(0, " ".join(out["text"].split()), out["delays"], out["elapsed"], source=str(wav),
+    record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=str(wav),
                             source_length=audio.shape[0] / 16.0, reference=" ".join(references))
     translate = model_options.task == "translate"
     report = score_longform([record], references, segments,
@@ -189,14 +195,12 @@ def main() -> None:
     parser.add_argument("--configs", default="default,vad")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
     args = parser.parse_args()
-    global SETS
-    SETS = args.sets
-    if not (SETS / "en-talk.wav").is_file():
+    if not (args.sets / "en-talk.wav").is_file():
         raise SystemExit("run bench/longform_sets.py first")
     rows, all_series = [], {}
     for talk in args.talks.split(","):
         for config in args.configs.split(","):
-            row, series = run(talk, config)
+            row, series = run(talk, config, args.sets)
             rows.append(row)
             all_series[f"{talk} {config}"] = series
     RESULTS.mkdir(exist_ok=True)
@@ -216,7 +220,8 @@ def main() -> None:
         "to OmniSTEval) and its computation-aware form on a simulated real-time clock (see the script); "
         "`first/last_min_AL_CA`: mean StreamLAAL_CA of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
-        "Stream options are the defaults (`vad`: `--vad`).",
+        "Stream options are the defaults (`--segment-s 8 --max-buffer-s 16`; `vad`: `--vad`; `segment-15`: "
+        "`--segment-s 15 --max-buffer-s 25`, whisper_streaming's trimming length; `segment-5`: 5 / 12 s).",
         "",
         f"Run: {machine_note()}.",
         "",
@@ -230,7 +235,11 @@ def main() -> None:
     for label, series in all_series.items():
         lines += [f"### {label}", "", markdown_table(series, ["minute", "AL_CA", "chunk_p50_ms", "chunk_p95_ms",
                                                              "RSS_MB"]), ""]
-    (RESULTS / "longform.md").write_text("\n".join(lines), encoding="utf-8")
+    # the hand-written reading at the end survives re-runs (re-check it against the new numbers)
+    path = RESULTS / "longform.md"
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    reading = old[old.index(READING) :] if READING in old else ""
+    path.write_text("\n".join(lines) + ("\n" + reading if reading else ""), encoding="utf-8")
 
 
 if __name__ == "__main__":

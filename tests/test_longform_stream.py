@@ -267,7 +267,7 @@ def test_the_same_minute_offline_policy_is_decoded_in_buffer_sized_segments() ->
     options = StreamOptions(policy=PolicyOptions.parse("offline"))
     session = Session(load_model("whisper-tiny.en", window="audio", precision="int8"), options)
     feed_fast(session, audio)
-    assert session.costs.extra["segment_commits"] == 2  # 57 s: two full 25 s buffers, then the rest at the end
+    assert session.costs.extra["segment_commits"] == 3  # 57 s: three full 16 s buffers, then the rest at the end
     assert wer([session.text], [transcript], normalize_for_wer) < 25.0
 
 

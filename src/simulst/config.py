@@ -192,8 +192,8 @@ class StreamOptions:
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.5
     loop_guard: bool = True
-    segment_s: float = 15.0
-    max_buffer_s: float = 25.0
+    segment_s: float = 8.0
+    max_buffer_s: float = 16.0
     context_tokens: int = 100
     vad: bool = False
     vad_threshold: float = 0.5

@@ -55,10 +55,10 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
                        help="never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than "
                             "twice, or a 12-token span a third time within 100 tokens (default on)")
     group = parser.add_argument_group("long-form streaming (audio of any length)")
-    group.add_argument("--segment-s", type=float, default=15.0,
-                       help="trim the audio buffer behind the last committed sentence once it is longer (default 15)")
-    group.add_argument("--max-buffer-s", type=float, default=25.0,
-                       help="the audio buffer is never longer (default 25; at most the model's window)")
+    group.add_argument("--segment-s", type=float, default=8.0,
+                       help="trim the audio buffer behind the last committed sentence once it is longer (default 8)")
+    group.add_argument("--max-buffer-s", type=float, default=16.0,
+                       help="the audio buffer is never longer (default 16; at most the model's window)")
     group.add_argument("--context-tokens", type=int, default=100,
                        help="committed tokens before the buffer carried as the decoder's previous-text prompt "
                             "(default 100; 0: none)")
@@ -108,8 +108,8 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         no_speech_threshold=getattr(args, "no_speech_threshold", 0.6),
         logprob_threshold=getattr(args, "logprob_threshold", -1.5),
         loop_guard=getattr(args, "loop_guard", True),
-        segment_s=getattr(args, "segment_s", 15.0),
-        max_buffer_s=getattr(args, "max_buffer_s", 25.0),
+        segment_s=getattr(args, "segment_s", 8.0),
+        max_buffer_s=getattr(args, "max_buffer_s", 16.0),
         context_tokens=getattr(args, "context_tokens", 100),
         vad=getattr(args, "vad", False),
         vad_threshold=getattr(args, "vad_threshold", 0.5),
