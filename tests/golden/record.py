@@ -94,7 +94,8 @@ def run(config: Config, models: dict[tuple[str, str, bool], Any], only: str | No
     # recorded behaviour (the loop guard rightly cuts "to the north of the north of ..." in la2-ibwbs-carry-audio)
     options = StreamOptions(chunk_ms=CHUNK_MS, policy=PolicyOptions.parse(config.policy),
                             search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over),
-                            no_speech_threshold=None, logprob_threshold=None, loop_guard=False)
+                            no_speech_threshold=None, logprob_threshold=None, loop_guard=False,
+                            segment_s=30.0, max_buffer_s=30.0)  # (and long-form trimming: never on 11 s)
     shared = engine(config, load(config, models))
     out: dict[str, Any] = {}
     for uid, path, _ in english_items():

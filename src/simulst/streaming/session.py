@@ -176,7 +176,10 @@ class Session(OutputView):
         st.finished = True
         if self.vad is not None and not st.speech_in_buffer:
             return []  # only silence left
-        emission = self._commit(self._decode(st.samples, final=True), final=True)
+        # a trimmed stream's last buffer may hold only the pause after a committed sentence: the no-speech guard
+        # keeps Whisper from hallucinating there (" you"); an untrimmed stream's final decode stays offline decoding
+        decoded = self._decode(st.samples, final=True, guarded=st.offset > 0, sure_only=False)
+        emission = self._commit(decoded, final=True)
         return [] if emission is None else [emission]
 
     # ------------------------------------------------------------------------------------ internals
@@ -211,9 +214,9 @@ class Session(OutputView):
                 self._trim(decoded, boundary - st.offset)
         return out
 
-    def _decode(self, samples: int, final: bool, guarded: bool | None = None) -> Decoded:
-        """Search the first ``samples`` of the buffer (``guarded``: apply the no-speech and low-confidence
-        guards; default: when not ``final``)."""
+    def _decode(self, samples: int, final: bool, guarded: bool | None = None, sure_only: bool = True) -> Decoded:
+        """Search the first ``samples`` of the buffer (``guarded``: apply the no-speech guard, and with
+        ``sure_only`` the low-confidence guard; default: when not ``final``)."""
         st = self.state
         guarded = not final if guarded is None else guarded
         start = time.perf_counter()
@@ -226,7 +229,7 @@ class Session(OutputView):
         else:
             decoded = self._search(audio, final, guarded)
         st.last_decoded, st.last_hyps = read, decoded.hyps
-        if decoded.hyps and guarded and self._unsure(decoded.hyps[0]):
+        if decoded.hyps and guarded and sure_only and self._unsure(decoded.hyps[0]):
             decoded = Decoded(read, [], decoded.enc, decoded.prompt)
         st.costs.compute_s += time.perf_counter() - start
         return decoded
