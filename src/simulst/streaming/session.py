@@ -318,8 +318,9 @@ class Session(OutputView):
             return
         starts = self.model.token_starts(decoded.enc, decoded.prompt, best, st.costs)
         cut = min(samples, starts[last + 1] * self.model.frame_samples)
-        if cut <= 0:
-            return
+        full = samples + self.chunk_samples > self.max_buffer
+        if cut <= 0 or (not full and samples - cut < MIN_TAIL_S * self.model.sample_rate):
+            return  # (a short tail, often the pause after the sentence, invites hallucinations: trim later)
         self._drop(cut, st.base + last + 1)
 
     def _empty_buffer(self) -> list[Emission]:
@@ -380,3 +381,4 @@ class Session(OutputView):
 
 
 SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")
+MIN_TAIL_S = 3.0  # a trim before the buffer is full keeps at least this much audio after the cut
