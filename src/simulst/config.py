@@ -170,8 +170,8 @@ class StreamOptions:
             and no 12-token span a third time within 100 tokens: the cut-off guards against Whisper's repetition
             loops ("however, however, ...", a sentence said over and over).
         segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
-            behind the last committed sentence end (located in the audio by the model's token timing), and the
-            committed text before the cut becomes the previous-text prompt.
+            behind the last committed sentence end (located in the audio by the model's token timing) once at
+            least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
         max_buffer_s: the buffer is never longer: at this length it is trimmed behind the last committed word,
             and when nothing in it is committed yet, its best hypothesis is committed whole and it is emptied.
             At most the model's window.
