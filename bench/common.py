@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import platform
 import statistics
@@ -104,6 +105,25 @@ def machine_note() -> str:
         f"{os.cpu_count()} cores, load average {load:.1f} at the end, torch threads "
         f"{os.environ.get('OMP_NUM_THREADS', 'default')}"
     )
+
+
+READING = "## Reading"
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, object]], columns: Sequence[str]) -> None:
+    """A result table as CSV (one column per name in ``columns``)."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write a Markdown result page, keeping the hand-written ``## Reading`` section of the page it replaces
+    (re-check it against the new numbers)."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    reading = old[old.index(READING) :] if READING in old else ""
+    path.write_text(text.rstrip("\n") + "\n" + ("\n" + reading if reading else ""), encoding="utf-8")
 
 
 def markdown_table(rows: Sequence[dict[str, object]], columns: Sequence[str]) -> str:

@@ -12,7 +12,6 @@ used (``fleurs-de-009`` is 43 s and waits for long-form streaming). The records 
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, machine_note, markdown_table
+from common import DATA, machine_note, markdown_table, write_csv
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LANGUAGES = ("de", "fr", "es", "pt")
@@ -70,10 +69,7 @@ def _row(config: str, chunk_ms: float, language: str, records: list[Any]) -> dic
 
 def write(rows: list[dict[str, Any]], outputs: list[tuple[str, str, str, str]], wall_s: float) -> None:
     RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "fleurs_asr.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "fleurs_asr.csv", rows, COLUMNS)
     lines = [
         "# Multilingual ASR with Whisper base on fleurs-multi",
         "",

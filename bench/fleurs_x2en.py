@@ -28,7 +28,7 @@ from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, machine_note, markdown_table
+from common import DATA, machine_note, markdown_table, write_csv, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LANGUAGES = ("de", "fr")
@@ -36,7 +36,6 @@ COLUMNS = ["config", "chunk_ms", "guards", "BLEU", "chrF", "AL", "LAAL", "AL_CA"
            "no_speech_skips", "unsure_skips", "empty"]
 
 
-READING = "## Reading"
 RUN_PREFIX = "* Run "
 
 
@@ -124,18 +123,13 @@ def main() -> None:
         "chunks they kept from committing.\n\n"
     )
     RESULTS.mkdir(exist_ok=True)
-    # the hand-written reading below the table survives re-runs (re-check it against the new numbers), and with
-    # --append the notes of the earlier runs do too
+    # with --append the notes of the earlier runs survive (and, always, the hand-written reading: write_report)
     old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
     runs = [line for line in old.splitlines() if line.startswith(RUN_PREFIX)] if args.append else []
     runs.append(f"{RUN_PREFIX}{len(runs) + 1} ({args.configs}; {args.chunks} ms): {machine_note()}.")
     header += "\n".join(runs) + "\n\n"
-    reading = "\n" + old[old.index(READING) :] if READING in old else ""
-    md_path.write_text(header + markdown_table(rows, COLUMNS) + "\n" + reading, encoding="utf-8")
-    with csv_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_report(md_path, header + markdown_table(rows, COLUMNS))
+    write_csv(csv_path, rows, COLUMNS)
     plot(args.out, rows)
 
 

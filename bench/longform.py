@@ -19,7 +19,6 @@ live listener sees.)
 from __future__ import annotations
 
 import argparse
-import csv
 import resource
 import statistics
 import sys
@@ -31,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine_note, markdown_table
+from common import machine_note, markdown_table, write_csv, write_report
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
@@ -53,7 +52,6 @@ TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
 CONFIGS = {"default": StreamOptions(), "vad": StreamOptions(vad=True),
            "segment-15": StreamOptions(segment_s=15.0, max_buffer_s=25.0),
            "segment-5": StreamOptions(segment_s=5.0, max_buffer_s=12.0)}
-READING = "## Reading"
 COLUMNS = ["talk", "config", "minutes", "quality", "offline_per_utterance", "StreamLAAL", "StreamLAAL_CA",
            "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms", "RSS_min2_MB", "RSS_last_MB",
            "RTF", "trims", "vad_segments", "segment_commits"]
@@ -77,12 +75,13 @@ def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray)
     elapsed: list[float] = []
     chunks: list[tuple[float, float]] = []  # (source ms, compute ms) of every push that decoded
     rss: list[float] = []
-    for pos in range(0, audio.shape[0] + 1, step):
-        piece = audio[pos : pos + step]
+    positions = list(range(0, audio.shape[0], step))
+    for pos in [*positions, None]:  # None: the end of the source (finish), timed like a chunk
+        piece = audio[pos : pos + step] if pos is not None else audio[:0]
         started = time.perf_counter()
-        emissions = session.push(piece) if piece.shape[0] else session.finish()
+        emissions = session.push(piece) if pos is not None else session.finish()
         spent = (time.perf_counter() - started) * 1000.0
-        arrived = (pos + piece.shape[0]) * 1000.0 / rate
+        arrived = (audio.shape[0] if pos is None else pos + piece.shape[0]) * 1000.0 / rate
         clock = max(clock, arrived) + spent
         chunks.append((arrived, spent))
         for e in emissions:
@@ -90,14 +89,8 @@ def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray)
                 words.append(word)
                 delays.append(e.source_ms)
                 elapsed.append(clock)
-        if (pos + step) // (60 * rate) > pos // (60 * rate) or pos + step > audio.shape[0]:
+        if pos is not None and ((pos + step) // (60 * rate) > pos // (60 * rate) or pos + step >= audio.shape[0]):
             rss.append(_rss_mb())
-    if not session.state.finished:
-        for e in session.finish():
-            for word in e.text.split():
-                words.append(word)
-                delays.append(e.source_ms)
-                elapsed.append(clock)
     return {"text": " ".join(words), "delays": delays, "elapsed": elapsed, "chunks": chunks, "rss": rss,
             "costs": session.costs}
 
@@ -204,10 +197,7 @@ def main() -> None:
             rows.append(row)
             all_series[f"{talk} {config}"] = series
     RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "longform.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "longform.csv", rows, COLUMNS)
     png = plot(all_series)
     lines = [
         "# Long-form streaming: one stream over a whole talk",
@@ -235,11 +225,7 @@ def main() -> None:
     for label, series in all_series.items():
         lines += [f"### {label}", "", markdown_table(series, ["minute", "AL_CA", "chunk_p50_ms", "chunk_p95_ms",
                                                              "RSS_MB"]), ""]
-    # the hand-written reading at the end survives re-runs (re-check it against the new numbers)
-    path = RESULTS / "longform.md"
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    reading = old[old.index(READING) :] if READING in old else ""
-    path.write_text("\n".join(lines) + ("\n" + reading if reading else ""), encoding="utf-8")
+    write_report(RESULTS / "longform.md", "\n".join(lines))
 
 
 if __name__ == "__main__":

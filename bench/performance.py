@@ -20,7 +20,6 @@ The configurations (``--list`` prints them) are ablations of one thing each agai
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import statistics
 import sys
@@ -34,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Item, english_set, machine_note, markdown_table
+from common import Item, english_set, machine_note, markdown_table, write_csv, write_report
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.latency import average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
@@ -48,7 +47,6 @@ from simulst.types import Costs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "whisper-tiny.en"
-READING = "## Reading"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,10 +194,7 @@ def main() -> None:
 
 def write(rows: list[dict[str, Any]], speed: list[dict[str, Any]]) -> None:
     RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "performance.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=STREAM_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "performance.csv", rows, STREAM_COLUMNS)
     lines = [
         "# Performance on this CPU: the default and its ablations (Whisper tiny.en)",
         "",
@@ -224,11 +219,7 @@ def write(rows: list[dict[str, Any]], speed: list[dict[str, Any]]) -> None:
             markdown_table(speed, SPEED_COLUMNS),
             "",
         ]
-    # the hand-written reading below the tables survives re-runs (re-check it against the new numbers)
-    path = RESULTS / "performance.md"
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    reading = old[old.index(READING) :] if READING in old else ""
-    path.write_text("\n".join(lines) + ("\n" + reading if reading else ""), encoding="utf-8")
+    write_report(RESULTS / "performance.md", "\n".join(lines))
 
 
 if __name__ == "__main__":
