@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debian_packages=(espeak-ng apertium apertium-eng-spa sox)
+debian_packages=(espeak-ng apertium apertium-eng-spa sox libportaudio2)
 missing=()
 for package in "${debian_packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -21,3 +21,5 @@ class OptionError(SimulstError):
     """An option has an invalid value (unknown policy name, negative chunk size, ...)."""
 
 
+class DeviceError(AudioError):
+    """An audio device cannot be used: no input device, an unknown one, PortAudio missing, or it failed to open."""

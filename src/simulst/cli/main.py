@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from simulst.audio.io import is_silent, load_audio
 from simulst.cli import ctc as ctc_commands
 from simulst.cli import evaluation as evaluation_commands
+from simulst.cli import live as live_commands
+from simulst.cli import serve as serve_commands
 from simulst.cli.cascade import add_cascade_arguments, run_cascade
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.cli.printing import STREAM_FORMATS, StreamOutput, final_record
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=run_stream, task=task)
     evaluation_commands.register(sub)  # eval, score, sweep
     ctc_commands.register(sub)  # train-ctc
+    serve_commands.register(sub)  # serve
+    live_commands.register(sub)  # live
     return parser
 
 

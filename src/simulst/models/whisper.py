@@ -16,6 +16,8 @@ per stream, what :meth:`WhisperModel.step` returns; the single-stream path has n
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,13 +152,7 @@ class WhisperModel:
         except ModelLoadError:
             self.no_speech_id = tokenizer.token_id("<|nocaptions|>")
         self.language_ids = self._language_ids() if self.multilingual else {}
-        if not self.multilingual and (task != "transcribe" or language not in (None, "en")):
-            raise OptionError(
-                "this Whisper checkpoint is English-only: it can only transcribe English "
-                "(use a multilingual checkpoint for other languages or --task translate)"
-            )
-        if language is not None and self.multilingual and language not in self.language_ids:
-            raise OptionError(f"unknown language {language!r} for this Whisper checkpoint")
+        self._check_task(language, task)
         self.language = language
         self.task = task
         self.ctc_head: CtcHead | None = None
@@ -181,6 +177,30 @@ class WhisperModel:
         self._suppress = torch.tensor(sorted(suppress), dtype=torch.long, device=self.device)
         begin = [int(t) for t in config.get("begin_suppress_tokens") or []]
         self._begin_suppress = torch.tensor(begin, dtype=torch.long, device=self.device)
+
+    def variant(self, language: str | None, task: str) -> WhisperModel:
+        """The same model (weights, tokenizer, window, precision: shared, not copied) for another source
+        ``language`` and ``task`` - what a server gives a stream that asks for them.
+
+        Raises:
+            OptionError: the checkpoint cannot do that task or does not know that language.
+        """
+        if task not in TASKS:
+            raise OptionError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+        self._check_task(language, task)
+        other = copy.copy(self)
+        other.language, other.task = language, task
+        other.options = dataclasses.replace(self.options, language=language, task=task)
+        return other
+
+    def _check_task(self, language: str | None, task: str) -> None:
+        if not self.multilingual and (task != "transcribe" or language not in (None, "en")):
+            raise OptionError(
+                "this Whisper checkpoint is English-only: it can only transcribe English "
+                "(use a multilingual checkpoint for other languages or --task translate)"
+            )
+        if language is not None and self.multilingual and language not in self.language_ids:
+            raise OptionError(f"unknown language {language!r} for this Whisper checkpoint")
 
     # ----------------------------------------------------------------------------------- prompt
     def _language_ids(self) -> dict[str, int]:
@@ -219,18 +239,41 @@ class WhisperModel:
     # ----------------------------------------------------------------------------------- encoder
     def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
         """Encode mono 16 kHz float32 ``audio`` (the whole source read so far)."""
-        samples = int(audio.shape[0])
+        return self.encode_many([audio], [costs])[0]
+
+    def encode_many(self, audios: Sequence[np.ndarray], costs: Sequence[Costs]) -> list[Encoded]:
+        """:meth:`encode` of several streams' audio; the audios whose windows have the same number of frames
+        (every one with the ``full`` window) go through ONE batched encoder call, counted on the first of their
+        ``costs`` (each stream counts its own frames). Equal to separate calls up to float rounding."""
+        if len(audios) != len(costs):
+            raise ValueError(f"encode_many needs one Costs per audio, got {len(audios)} and {len(costs)}")
+        windows = [self._window_frames(int(audio.shape[0])) for audio in audios]
+        out: list[Encoded | None] = [None] * len(audios)
+        for n_frames in dict.fromkeys(windows):
+            members = [i for i, w in enumerate(windows) if w == n_frames]
+            with torch.inference_mode():
+                mels = torch.stack([
+                    log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audios[i], dtype=np.float32)),
+                                        self.dims.num_mel_bins, n_frames)
+                    for i in members
+                ])
+                frames = self.net.model.encoder(mels.to(self.device))
+                cross = self.net.model.decoder.cross_kv(frames)
+            costs[members[0]].encoder_calls += 1
+            for row, i in enumerate(members):
+                costs[i].encoder_frames += n_frames
+                own = [(k[row : row + 1], v[row : row + 1]) for k, v in cross]
+                out[i] = self._encoded(frames[row : row + 1], int(audios[i].shape[0]), own)
+        return [enc for enc in out if enc is not None]
+
+    def _window_frames(self, samples: int) -> int:
+        """Mel frames of the encoder window for ``samples`` of audio."""
         full = 2 * self.dims.max_source_positions
         # "audio": the frames of the audio read plus the padding, rounded up to even (conv2 has stride 2).
         padded = samples + self.window_pad_samples
-        n_frames = full if self.window == "full" else min(full, max(2, 2 * math.ceil(padded / HOP_LENGTH / 2)))
-        with torch.inference_mode():
-            mel = log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
-                                      self.dims.num_mel_bins, n_frames)
-            frames = self.net.model.encoder(mel.unsqueeze(0).to(self.device))
-            cross = self.net.model.decoder.cross_kv(frames)
-        costs.encoder_calls += 1
-        costs.encoder_frames += n_frames
+        return full if self.window == "full" else min(full, max(2, 2 * math.ceil(padded / HOP_LENGTH / 2)))
+
+    def _encoded(self, frames: torch.Tensor, samples: int, cross: list[KV]) -> Encoded:
         if self.ctc_head is None:
             return Encoded(frames=frames, audio_samples=samples, extra=cross)
         ctc = self.ctc_head.log_probs(frames, samples)  # (T', V_ctc), the frames of the audio read

@@ -1,0 +1,104 @@
+"""Many streams through one model (:mod:`simulst.streaming.batching`): batched rounds give every stream the output
+it gets alone, the calls really are batched, and a failure stays in its own stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from simulst.audio.io import load_audio
+from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.models.loading import load_model
+from simulst.models.whisper import WhisperModel
+from simulst.streaming.batching import Batcher, SerialRunner
+from simulst.streaming.session import Session
+from simulst.types import Costs
+from tests.shared_assets import english_items, needs_shared
+
+pytestmark = [needs_shared, pytest.mark.real]
+
+
+@pytest.fixture(scope="module")
+def model() -> WhisperModel:
+    return load_model()
+
+
+@pytest.fixture(scope="module")
+def audios() -> list[np.ndarray]:
+    items = english_items()[:3]  # jfk + two FLEURS utterances, 6 s each: different speech, different lengths
+    return [load_audio(path)[: 16000 * 6 - 1000 * i] for i, (_, path, _) in enumerate(items)]
+
+
+def decode_in_rounds(runner: Any, model: WhisperModel, audios: list[np.ndarray],
+                     options: Sequence[StreamOptions]) -> list[str]:
+    """Stream every audio chunk by chunk; each round pushes one chunk of every stream still going."""
+    sessions = [Session(runner.view(model), opts) for opts in options]
+    step = sessions[0].chunk_samples
+    for pos in range(0, max(len(a) for a in audios), step):
+        jobs: list[Callable[[], Any]] = [
+            (lambda s=s, a=a, pos=pos: s.push(a[pos : pos + step])) for s, a in zip(sessions, audios, strict=True)
+            if pos < len(a)
+        ]
+        for result in runner.run(jobs):
+            assert not isinstance(result, Exception), result
+    runner.run([s.finish for s in sessions])
+    return [s.text for s in sessions]
+
+
+def test_batched_streams_equal_streams_alone(model: WhisperModel, audios: list[np.ndarray]) -> None:
+    # different policies and searches side by side: LA-2 greedy, hold-2 with a 3-beam search, AlignAtt
+    options = [
+        StreamOptions(),
+        StreamOptions(policy=PolicyOptions.parse("hold-2"), search=SearchOptions(name="beam", beam=3)),
+        StreamOptions(policy=PolicyOptions.parse("alignatt")),
+    ]
+    alone = decode_in_rounds(SerialRunner(), model, audios, options)
+    batcher = Batcher(model, max_streams=4)
+    together = decode_in_rounds(batcher, model, audios, options)
+    assert together == alone
+    assert "fellow americans ask not" in alone[0].lower()
+    stats = batcher.stats
+    assert stats.largest["encode"] == 3 and stats.encode_calls > stats.encode_batches  # one encoder call a round
+    assert stats.largest["step"] >= 2 and stats.step_calls > stats.step_batches  # steps of streams together
+    batcher.close()
+
+
+def test_a_failing_call_fails_only_its_stream(model: WhisperModel, audios: list[np.ndarray]) -> None:
+    batcher = Batcher(model, max_streams=4)
+    view = batcher.view(model)
+    good = [Costs(), Costs()]
+
+    def encode(i: int) -> Callable[[], Any]:
+        return lambda: view.encode(audios[i][:16000], good[i])
+
+    def bad() -> Any:
+        return view.encode(np.zeros((2, 2, 2), dtype=np.float32), Costs())  # not mono audio: the encoder fails
+
+    def raises() -> Any:
+        raise ValueError("a stream's own bug")
+
+    results = batcher.run([encode(0), bad, encode(1), raises])
+    assert isinstance(results[1], Exception) and isinstance(results[3], ValueError)
+    direct = [model.encode(audios[i][:16000], Costs()) for i in (0, 1)]
+    for got, want in zip((results[0], results[2]), direct, strict=True):
+        assert not isinstance(got, Exception)
+        assert got.audio_samples == want.audio_samples
+        assert np.allclose(got.frames.numpy(), want.frames.numpy(), atol=1e-4)
+    assert good[0].encoder_calls == 1 and good[1].encoder_calls == 1  # each alone after the batch failed
+    # the batcher goes on: a later round runs normally
+    assert all(not isinstance(r, Exception) for r in batcher.run([encode(0), encode(1)]))
+    batcher.close()
+
+
+def test_views_of_other_models_pass_through(model: WhisperModel) -> None:
+    batcher = Batcher(model)
+    variant = model.variant("en", "transcribe")
+    assert isinstance(batcher.view(variant), WhisperModel) and batcher.view(variant) is not variant
+    other = load_model()  # other weights: not batched with these
+    assert batcher.view(other) is other
+    with pytest.raises(ValueError, match="max_streams"):
+        batcher.run([lambda: 0] * 65)
+    batcher.close()
