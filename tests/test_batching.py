@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
@@ -61,8 +62,9 @@ def test_batched_streams_equal_streams_alone(model: WhisperModel, audios: list[n
     assert together == alone
     assert "fellow americans ask not" in alone[0].lower()
     stats = batcher.stats
-    assert stats.largest["encode"] == 3 and stats.encode_calls > stats.encode_batches  # one encoder call a round
-    assert stats.largest["step"] >= 2 and stats.step_calls > stats.step_batches  # steps of streams together
+    assert stats.largest["encode"] == 3 and stats.calls["encode"] > stats.batches["encode"]  # one encoder call
+    for kind in ("judge", "start", "step"):  # the decoder passes of streams together
+        assert stats.largest[kind] >= 2 and stats.calls[kind] > stats.batches[kind], kind
     batcher.close()
 
 
@@ -102,3 +104,26 @@ def test_views_of_other_models_pass_through(model: WhisperModel) -> None:
     with pytest.raises(ValueError, match="max_streams"):
         batcher.run([lambda: 0] * 65)
     batcher.close()
+
+
+def test_prefix_and_no_speech_passes_of_streams_together_equal_each_alone(audios: list[np.ndarray]) -> None:
+    model = load_model(window="audio")  # windows of different lengths: the cross keys/values are padded
+    encs = [model.encode(audio[: 16000 * (2 + i)], Costs()) for i, audio in enumerate(audios)]
+    prompt = model.prompt(encs[0], Costs())
+    prefixes = [model.tokenizer.encode(text) for text in (" And so my fellow", "", " However, due to the slow")]
+    costs = [Costs() for _ in encs]
+    together = model.start_many(encs, prefixes, costs, [prompt] * 3)
+    assert costs[0].decoder_calls == 1 and [c.decoder_positions for c in costs] == [len(prompt) + len(p)
+                                                                                   for p in prefixes]
+    for enc, prefix, (logp, state) in zip(encs, prefixes, together, strict=True):
+        want, alone = model.start(enc, prefix, Costs(), prompt)
+        assert torch.allclose(logp, want, atol=1e-4) and int(logp.argmax()) == int(want.argmax())
+        assert state.length == alone.length
+        for (k, v), (k1, v1) in zip(state.cache, alone.cache, strict=True):
+            assert k.shape == k1.shape and torch.allclose(k, k1, atol=1e-4) and torch.allclose(v, v1, atol=1e-4)
+        # the state goes on like the one started alone
+        step, _ = model.step(state, logp.argmax().view(1), Costs())
+        step1, _ = model.step(alone, want.argmax().view(1), Costs())
+        assert torch.allclose(step, step1, atol=1e-4)
+    judged = model.no_speech_many(encs, [Costs() for _ in encs])
+    assert judged == pytest.approx([model.no_speech_prob(enc, Costs()) for enc in encs], abs=1e-5)

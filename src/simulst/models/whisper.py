@@ -231,6 +231,11 @@ class WhisperModel:
         model's own judgement that the window holds no speech (one one-token decoder pass)."""
         return float(torch.softmax(self._after_start_token(enc, costs).float(), dim=-1)[self.no_speech_id])
 
+    def no_speech_many(self, encs: Sequence[Encoded], costs: Sequence[Costs]) -> list[float]:
+        """:meth:`no_speech_prob` of several streams' encodings in ONE decoder call."""
+        passes = self.prefill_many([enc.extra for enc in encs], [[self.sot_id]] * len(encs), costs)
+        return [float(torch.softmax(logits.float(), dim=-1)[self.no_speech_id]) for logits, _ in passes]
+
     def _after_start_token(self, enc: Encoded, costs: Costs) -> torch.Tensor:
         """(V,) raw logits of the token after ``<|startoftranscript|>`` (one one-token decoder pass)."""
         logits, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
@@ -347,6 +352,44 @@ class WhisperModel:
         state = WhisperState(cache, enc.extra, tokens.shape[1], weights[0] if weights else None)
         return self._log_probs(logits[0, -1], first=len(prefix) == 0), state
 
+    def start_many(
+        self, encs: Sequence[Encoded], prefixes: Sequence[Sequence[int]], costs: Sequence[Costs],
+        prompts: Sequence[Sequence[int]],
+    ) -> list[tuple[torch.Tensor, WhisperState]]:
+        """:meth:`start` of several streams (each its own encoding, prompt and prefix; no alignment tracking) in
+        ONE decoder call (:meth:`prefill_many`)."""
+        sequences = [[*prompt, *prefix] for prompt, prefix in zip(prompts, prefixes, strict=True)]
+        passes = self.prefill_many([enc.extra for enc in encs], sequences, costs)
+        return [(self._log_probs(logits, first=len(prefix) == 0), WhisperState(cache, enc.extra, len(sequence)))
+                for (logits, cache), enc, prefix, sequence in zip(passes, encs, prefixes, sequences, strict=True)]
+
+    def prefill_many(
+        self, crosses: Sequence[list[KV]], sequences: Sequence[Sequence[int]], costs: Sequence[Costs],
+    ) -> list[tuple[torch.Tensor, list[KV]]]:
+        """Force-decode one token sequence per stream (over that stream's cross keys/values) in ONE decoder
+        forward; per stream the raw (V,) logits after its last token and its self-attention cache.
+
+        The sequences are right-padded to the longest: under the causal mask a position never attends to the
+        ones after it, so each stream's real positions compute what they compute alone; the cross keys/values
+        are right-padded to the longest window under an additive -inf mask. The call counts once, on
+        ``costs[0]``; each stream counts its own positions.
+        """
+        if not len(crosses) == len(sequences) == len(costs) or not sequences or not all(sequences):
+            raise ValueError("prefill_many needs one cross, non-empty token sequence and Costs per stream")
+        lengths = [len(sequence) for sequence in sequences]
+        lmax = max(lengths)
+        rows = [[*sequence, *[self.eos_id] * (lmax - len(sequence))] for sequence in sequences]
+        tokens = torch.tensor(rows, dtype=torch.long, device=self.device)
+        pick = torch.tensor([length - 1 for length in lengths], dtype=torch.long, device=self.device)
+        stacked, mask = self._stack_cross(crosses)
+        with torch.inference_mode():
+            logits, cache = self.net.model.decoder(tokens, 0, None, stacked, cross_mask=mask, pick=pick)
+        costs[0].decoder_calls += 1
+        for stream_costs, length in zip(costs, lengths, strict=True):
+            stream_costs.decoder_positions += length
+        return [(logits[i, -1], [(k[i : i + 1, :, :length], v[i : i + 1, :, :length]) for k, v in cache])
+                for i, length in enumerate(lengths)]
+
     def expand(self, state: WhisperState, batch: int) -> WhisperState:
         """``batch`` copies of a one-hypothesis state (views, no copy)."""
         cache = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in state.cache]
@@ -433,6 +476,10 @@ class WhisperModel:
         """The streams' cross keys/values per layer, (S, H, max T, D/H) right-padded with zeros, with the
         additive (S, 1, 1, max T) mask of the padding (None: equal T), for :meth:`step_many`."""
         sources = tuple(state.cross for state in states)
+        stacked, mask = self._stack_cross(sources)
+        return CrossBatch(sources, stacked, mask)
+
+    def _stack_cross(self, sources: Sequence[list[KV]]) -> tuple[list[KV], torch.Tensor | None]:
         frames = [cross[0][0].shape[2] for cross in sources]
         tmax = max(frames)
         stacked: list[KV] = []
@@ -450,7 +497,7 @@ class WhisperModel:
                 valid = torch.tensor(frames, device=self.device).view(-1, 1, 1, 1)
                 mask = torch.zeros(len(sources), 1, 1, tmax, dtype=stacked[0][0].dtype, device=self.device)
                 mask.masked_fill_(torch.arange(tmax, device=self.device) >= valid, -math.inf)
-        return CrossBatch(sources, stacked, mask)
+        return stacked, mask
 
     def select(self, state: WhisperState, indices: torch.Tensor) -> WhisperState:
         """Keep hypotheses ``indices`` (B',) of the state, in that order."""

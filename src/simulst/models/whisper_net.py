@@ -235,6 +235,7 @@ class Decoder(nn.Module):
         last_only: bool = False, self_mask: torch.Tensor | None = None, cross_mask: torch.Tensor | None = None,
         cross_groups: Groups | None = None, alignment_heads: Mapping[int, Sequence[int]] | None = None,
         alignment: list[torch.Tensor] | None = None, scores: list[torch.Tensor] | None = None,
+        pick: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[KV]]:
         """Logits (B, L, V) of ``tokens`` (B, L) at positions offset.. and the extended self-attention cache.
 
@@ -255,6 +256,8 @@ class Decoder(nn.Module):
                 summed over heads and layers, (B, S), are appended to that list (AlignAtt, Papi et al. 2023);
                 with ``scores``, every position's raw scores of those heads, (B, h, L, S) per layer that has
                 some (token timing by DTW, :mod:`simulst.models.timing`).
+            pick: (B,) per row, the one position whose logits are projected, (B, 1, V) (rows of different
+                lengths right-padded to one: each row's last real position; instead of ``last_only``).
         """
         if isinstance(offset, int):
             positions = self.embed_positions.weight[offset : offset + tokens.shape[1]]
@@ -271,7 +274,9 @@ class Decoder(nn.Module):
             new_cache.append(kv)
         if alignment is not None and weights:
             alignment.append(torch.stack(weights).sum(dim=0))
-        if last_only:
+        if pick is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), pick].unsqueeze(1)
+        elif last_only:
             x = x[:, -1:]
         x = self.layer_norm(x)
         logits = x @ self.embed_tokens.weight.T if self.lm_head is None else self.lm_head(x)

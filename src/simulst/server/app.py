@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -57,7 +58,9 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "streams": len(scheduler.slots), "rounds": scheduler.rounds}
+        stats = getattr(service.runner, "stats", None)
+        return {"status": "ok", "streams": len(scheduler.slots), "rounds": scheduler.rounds,
+                "batching": dataclasses.asdict(stats) if stats is not None else None}
 
     @app.websocket("/ws")
     async def stream(websocket: WebSocket) -> None:

@@ -2,19 +2,22 @@
 batched calls.
 
 A stream's code (:class:`~simulst.streaming.session.Session`: policy, search, commit) stays exactly as it is for
-one stream; only the model it holds is a *view* (:meth:`Batcher.view`) whose two hot calls - ``encode`` (once per
-chunk) and ``step`` (once per decoded token) - are handed to the :class:`Batcher` instead of run. The batcher
-runs one *round* at a time (:meth:`Batcher.run`: one job per stream, e.g. "push this stream's new audio"), each
-job in its own thread; whenever every job of the round is either waiting for a model call or done, it runs all
-waiting calls at once: the encodes as ONE batched encoder call (``encode_many``: windows of equal length) and
-the decoder steps as ONE batched decoder call (``step_many``: padded, masked), then wakes the jobs with their
-results. This is continuous batching (Orca, Yu et al., OSDI 2022) at the granularity of model calls: streams
-join and leave between calls, and each stream's output is what it gets alone, up to float rounding of the
-batched kernels (tests check the texts equal).
+one stream; only the model it holds is a *view* (:meth:`Batcher.view`) whose hot calls - ``encode`` and the
+no-speech check (once per chunk), ``start`` (the forced prefix, once per chunk) and ``step`` (once per decoded
+token) - are handed to the :class:`Batcher` instead of run. The batcher runs one *round* at a time
+(:meth:`Batcher.run`: one job per stream, e.g. "push this stream's new audio"), each job in its own thread;
+whenever every job of the round is either waiting for a model call or done, it runs all waiting calls at once,
+one batched call per kind: the encodes (``encode_many``: windows of equal length), the no-speech passes
+(``no_speech_many``), the forced prefix passes (``start_many``: right-padded under the causal mask) and the
+decoder steps (``step_many``: padded, masked), then wakes the jobs with their results. This is continuous
+batching (Orca, Yu et al., OSDI 2022) at the granularity of model calls: streams join and leave between calls,
+and each stream's output is what it gets alone, up to float rounding of the batched kernels (tests check the
+texts equal).
 
-The rest of a stream's model calls (the forced prefix pass, the no-speech check, token timing) run unbatched in
-the stream's thread. :class:`SerialRunner` is the same interface without batching: the jobs of a round run one
-after another (one stream at a time through the model, as the peers serve streams behind a lock).
+The rest of a stream's model calls (AlignAtt's passes that track the cross-attention, language detection, token
+timing) run unbatched in the stream's thread. :class:`SerialRunner` is the same interface without batching: the
+jobs of a round run one after another (one stream at a time through the model, as the peers serve streams behind
+a lock).
 """
 
 from __future__ import annotations
@@ -81,14 +84,20 @@ class _Call:
 
 @dataclass
 class BatchStats:
-    """What the batcher ran: batched calls and the calls they stood for (``calls / batches`` is the mean batch)."""
+    """What the batcher ran, per kind of call (``encode``, ``judge``: the no-speech pass, ``start``: the forced
+    prefix pass, ``step``): batched calls, the stream calls they stood for (``calls / batches`` is the mean batch)
+    and the largest batch."""
 
     rounds: int = 0
-    encode_batches: int = 0
-    encode_calls: int = 0
-    step_batches: int = 0
-    step_calls: int = 0
-    largest: dict[str, int] = field(default_factory=lambda: {"encode": 0, "step": 0})
+    batches: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    largest: dict[str, int] = field(default_factory=dict)
+
+    def count(self, kind: str, n: int) -> None:
+        """One batched call of ``n`` stream calls."""
+        self.batches[kind] = self.batches.get(kind, 0) + 1
+        self.calls[kind] = self.calls.get(kind, 0) + n
+        self.largest[kind] = max(self.largest.get(kind, 0), n)
 
 
 class Batcher:
@@ -171,8 +180,9 @@ class Batcher:
             return
         calls = sorted(self._calls, key=lambda c: c.job)  # a deterministic batch order
         self._calls = []
-        self._execute([c for c in calls if c.kind == "encode"], self._encode_batch)
-        self._execute([c for c in calls if c.kind == "step"], self._step_batch)
+        for kind, batch in (("encode", self._encode_batch), ("judge", self._judge_batch),
+                            ("start", self._start_batch), ("step", self._step_batch)):
+            self._execute([c for c in calls if c.kind == kind], batch)
         self._running += len(calls)
         self._cond.notify_all()
 
@@ -193,14 +203,28 @@ class Batcher:
             call.result, call.done = result, True
 
     def _encode_batch(self, calls: list[_Call]) -> list[Encoded]:
-        self._count("encode", len(calls))
+        self.stats.count("encode", len(calls))
         return self.model.encode_many([c.args[0] for c in calls], [c.args[1] for c in calls])
+
+    def _judge_batch(self, calls: list[_Call]) -> list[float]:
+        self.stats.count("judge", len(calls))
+        if len(calls) == 1:
+            return [self.model.no_speech_prob(*calls[0].args)]
+        return self.model.no_speech_many([c.args[0] for c in calls], [c.args[1] for c in calls])
+
+    def _start_batch(self, calls: list[_Call]) -> list[tuple[torch.Tensor, WhisperState]]:
+        self.stats.count("start", len(calls))
+        if len(calls) == 1:
+            enc, prefix, costs, prompt = calls[0].args
+            return [self.model.start(enc, prefix, costs, prompt)]
+        encs, prefixes, costs, prompts = (list(column) for column in zip(*(c.args for c in calls), strict=True))
+        return self.model.start_many(encs, prefixes, costs, prompts)
 
     def _step_batch(self, calls: list[_Call]) -> list[tuple[torch.Tensor, WhisperState]]:
         plain = [c for c in calls if c.args[0].alignment is None]  # AlignAtt's states step alone
         results: dict[int, tuple[torch.Tensor, WhisperState]] = {}
         if plain:
-            self._count("step", len(plain))
+            self.stats.count("step", len(plain))
             states = [c.args[0] for c in plain]
             if len(plain) > 1 and (self._cross is None or not self._cross.serves(states)):
                 self._cross = self.model.stack_cross(states)
@@ -209,19 +233,9 @@ class Batcher:
             results.update(zip((id(c) for c in plain), stepped, strict=True))
         for c in calls:
             if id(c) not in results:
-                self._count("step", 1)
+                self.stats.count("step", 1)
                 results[id(c)] = self.model.step(*c.args)
         return [results[id(c)] for c in calls]
-
-    def _count(self, kind: str, n: int) -> None:
-        stats = self.stats
-        if kind == "encode":
-            stats.encode_batches += 1
-            stats.encode_calls += n
-        else:
-            stats.step_batches += 1
-            stats.step_calls += n
-        stats.largest[kind] = max(stats.largest[kind], n)
 
 
 class _BatchedWhisper(WhisperModel):
@@ -233,6 +247,23 @@ class _BatchedWhisper(WhisperModel):
     def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
         """Encoded in the batcher's next encoder batch."""
         result: Encoded = self.batcher.call("encode", audio, costs)
+        return result
+
+    def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
+        """Judged in the batcher's next no-speech batch."""
+        result: float = self.batcher.call("judge", enc, costs)
+        return result
+
+    def start(
+        self, enc: Encoded, prefix: Sequence[int], costs: Costs, prompt: Sequence[int] | None = None,
+        alignment: bool = False,
+    ) -> tuple[torch.Tensor, WhisperState]:
+        """Force-decoded in the batcher's next prefix batch (with ``alignment``: alone, unbatched)."""
+        if alignment:
+            return super().start(enc, prefix, costs, prompt, alignment)
+        prompt = self.prompt(enc, costs) if prompt is None else prompt  # (this variant's language and task)
+        result: tuple[torch.Tensor, WhisperState] = self.batcher.call("start", enc, tuple(prefix), costs,
+                                                                      tuple(prompt))
         return result
 
     def step(self, state: WhisperState, tokens: torch.Tensor, costs: Costs) -> tuple[torch.Tensor, WhisperState]:

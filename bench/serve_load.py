@@ -1,0 +1,219 @@
+"""Load on ``simulst serve``: N concurrent real-time clients on loopback, batched vs one stream at a time.
+
+For each server mode (``batched``: the streams' encoder and decoder calls gathered into batched calls;
+``serial``: ``--no-batching``, each stream's work runs alone, as the peers serve streams behind a lock) a server
+process is started with the same model and stream options (``--server-args``), then:
+
+1. **Reference**: each of the 6 shared English utterances (jfk + fleurs-en-dev) is streamed alone, at the pace
+   of a live speaker (100 ms frames, sent when they would have been spoken).
+2. **Load**: for N = 1, 2, 4, 8, ... clients at once, client i streams utterance i mod 6 (starts staggered over
+   one chunk, as real clients come at random phases). Per client: AL_CA = AL (SimulEval, word unit, |Y*| =
+   reference words) on each word's delay = the client's clock when the emission that wrote it arrived (from its
+   first frame); AL on the source clock (``source_ms``). Per N: AL_CA p50 / p95 over clients, the mean AL, WER,
+   the largest lag (arrival − source time of an emission) and how many outputs equal that utterance's reference
+   output of step 1 (equal text).
+
+The capacity of a mode is the largest N whose AL_CA p95 is at most ``--target-al`` (2 s). Results:
+``bench/results/serve_load.md`` (+ ``.csv``). Run on a quiet machine (nothing else running):
+
+    .venv/bin/python bench/serve_load.py [--clients 1,2,4,6,8] [--modes batched,serial] [--server-args "..."]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Item, english_set, machine_note, markdown_table, write_csv, write_report
+from simulst.evaluation.latency import average_lagging
+from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.server.client import ClientResult, stream_audio
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = ["mode", "N", "AL_CA p50", "AL_CA p95", "AL", "WER", "max lag s", "equal", "encode batch", "start batch",
+           "step batch", "rounds"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A ``simulst serve`` process on a free loopback port."""
+
+    def __init__(self, mode: str, extra: list[str]) -> None:
+        self.port = free_port()
+        args = [str(ROOT / ".venv" / "bin" / "simulst"), "serve", "--port", str(self.port), "--max-streams", "64",
+                "--max-speed", "4", "--log-level", "warning", *extra]
+        if mode == "serial":
+            args.append("--no-batching")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.health()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the server did not start: {self.process.stderr.read().decode()[-2000:]}"
+                                       if self.process.stderr else "the server did not start") from None
+                time.sleep(0.5)
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as response:
+            result: dict[str, Any] = json.loads(response.read())
+            return result
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+async def run_clients(url: str, items: list[Item], delays_s: list[float]) -> list[ClientResult]:
+    async def one(item: Item, delay: float) -> ClientResult:
+        await asyncio.sleep(delay)
+        return await stream_audio(url, item.audio, 16000, frame_ms=100.0, realtime=True)
+
+    return list(await asyncio.gather(*(one(i, d) for i, d in zip(items, delays_s, strict=True))))
+
+
+def al_ca(result: ClientResult, item: Item) -> float | None:
+    delays = [m["received_ms"] for m in result.emissions for _ in m["text"].split()]
+    return average_lagging(delays, item.source_ms, len(item.transcript.split())) if delays else None
+
+
+def al(result: ClientResult, item: Item) -> float | None:
+    delays = [m["source_ms"] for m in result.emissions for _ in m["text"].split()]
+    return average_lagging(delays, item.source_ms, len(item.transcript.split())) if delays else None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    low, high = int(k), min(len(ordered) - 1, int(k) + 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def row(mode: str, n: int, items: list[Item], results: list[ClientResult], reference: dict[str, str],
+        before: dict[str, Any], after: dict[str, Any]) -> dict[str, object]:
+    ca = [v / 1000 for v in (al_ca(r, i) for r, i in zip(results, items, strict=True)) if v is not None]
+    src = [v / 1000 for v in (al(r, i) for r, i in zip(results, items, strict=True)) if v is not None]
+    lags = [(m["received_ms"] - m["source_ms"]) / 1000 for r in results for m in r.emissions]
+    equal = sum(1 for r, i in zip(results, items, strict=True) if r.text == reference[i.id])
+    failed = [r.error for r in results if r.error]
+    if failed:
+        print(f"  {mode} N={n}: {len(failed)} clients got errors: {failed[:2]}", file=sys.stderr)
+    out: dict[str, object] = {
+        "mode": mode, "N": n, "AL_CA p50": percentile(ca, 0.5), "AL_CA p95": percentile(ca, 0.95),
+        "AL": statistics.fmean(src) if src else float("nan"),
+        "WER": wer([r.text for r in results], [i.transcript for i in items], normalize_for_wer),
+        "max lag s": max(lags) if lags else float("nan"), "equal": f"{equal}/{len(results)}",
+        "rounds": after["rounds"] - before["rounds"],
+    }
+    b0, b1 = before.get("batching"), after.get("batching")
+    if b0 and b1:
+        for kind in ("encode", "start", "step"):
+            batches = b1["batches"].get(kind, 0) - b0["batches"].get(kind, 0)
+            calls = b1["calls"].get(kind, 0) - b0["calls"].get(kind, 0)
+            out[f"{kind} batch"] = calls / batches if batches else float("nan")
+    return out
+
+
+def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int], chunk_s: float) -> list[dict]:
+    server = Server(mode, extra)
+    rows: list[dict[str, object]] = []
+    try:
+        reference: dict[str, str] = {}
+        alone: list[ClientResult] = []
+        for item in items:  # each utterance alone: the reference output
+            [result] = asyncio.run(run_clients(server.ws, [item], [0.0]))
+            reference[item.id] = result.text
+            alone.append(result)
+        print(f"{mode}: references done", file=sys.stderr, flush=True)
+        for n in clients:
+            chosen = [items[i % len(items)] for i in range(n)]
+            delays = [chunk_s * i / n for i in range(n)]
+            before = server.health()
+            results = asyncio.run(run_clients(server.ws, chosen, delays))
+            rows.append(row(mode, n, chosen, results, reference, before, server.health()))
+            print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", default="1,2,4,6,8")
+    parser.add_argument("--modes", default="batched,serial")
+    parser.add_argument("--server-args", default="", help="model and stream options of both servers")
+    parser.add_argument("--target-al", type=float, default=2.0, help="AL_CA p95 bound of the capacity (s)")
+    parser.add_argument("--chunk-s", type=float, default=1.0, help="the servers' chunk (staggers the clients)")
+    parser.add_argument("--out", default=str(RESULTS / "serve_load.md"))
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    items = english_set()
+    clients = [int(n) for n in args.clients.split(",")]
+    extra = shlex.split(args.server_args)
+    rows: list[dict[str, object]] = []
+    for mode in args.modes.split(","):
+        rows += run_mode(mode, extra, items, clients, args.chunk_s)
+    capacity = {}
+    for mode in args.modes.split(","):
+        ok = [int(str(r["N"])) for r in rows if r["mode"] == mode and float(str(r["AL_CA p95"])) <= args.target_al]
+        capacity[mode] = max(ok) if ok else 0
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(out.with_suffix(".csv"), rows, COLUMNS)
+    caps = ", ".join(f"{mode} {n}" for mode, n in capacity.items())
+    text = "\n".join([
+        "# Concurrent real-time streams on `simulst serve` (loopback)",
+        "",
+        f"`python bench/serve_load.py --clients {args.clients} --modes {args.modes}"
+        + (f" --server-args \"{args.server_args}\"" if args.server_args else "") + "`",
+        "",
+        f"Machine: {machine_note()}; load average {load_before:.2f} before the run.",
+        "",
+        "Each client streams one of the 6 shared English utterances (jfk + fleurs-en-dev) at the pace of a live "
+        "speaker in 100 ms frames; the server runs in its own process. AL_CA: each word's delay is the client's "
+        "clock when it arrived; AL: on the source clock; max lag: the largest (arrival - source time) of an "
+        "emission; equal: outputs equal to the utterance's output streamed alone; encode / step batch: the mean "
+        "number of streams per batched call.",
+        "",
+        markdown_table(rows, COLUMNS),
+        "",
+        f"**Capacity** (largest N with AL_CA p95 <= {args.target_al:g} s): {caps}.",
+    ])
+    write_report(out, text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
