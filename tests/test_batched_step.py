@@ -7,6 +7,7 @@ forced prefixes) and in hypothesis count B; the batched step pads and masks them
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -107,7 +108,15 @@ def test_step_many_equals_separate_steps_and_continues(tiny: WhisperModel) -> No
     step_tokens = [tok for _, tok in choices]
     sequential = [model.step(s, t, Costs()) for s, t in zip(seq_states, step_tokens, strict=True)]
     kept = model.stack_cross(bat_states)  # a caller that keeps the stacked encodings across steps
-    assert kept.serves(bat_states) and not kept.serves(bat_states[::-1])
+    assert kept.slots(bat_states) == [0, 1, 2] and kept.slots(bat_states[::-1]) == [2, 1, 0]
+    elsewhere = dataclasses.replace(seq_states[0], cross=list(seq_states[0].cross))  # another encoding's list
+    assert kept.slots([*bat_states, elsewhere]) is None  # an encoding it does not hold
+    # a stack serves any subset of its streams, in any order (streams whose search ended drop out)
+    subset = model.step_many([bat_states[2], bat_states[0]], [step_tokens[2], step_tokens[0]], [Costs(), Costs()],
+                             cross=kept)
+    for (lp_b, st_b), (lp_s, st_s) in zip(subset, [sequential[2], sequential[0]], strict=True):
+        worst = max(worst, assert_logp_close(lp_b, lp_s))
+        assert_states_close(st_b, st_s)
     batched = model.step_many(bat_states, step_tokens, costs, cross=kept)
     for (lp_b, st_b), (lp_s, st_s) in zip(batched, sequential, strict=True):
         worst = max(worst, assert_logp_close(lp_b, lp_s))

@@ -51,11 +51,12 @@ class CrossBatch:
     stacked: list[KV]
     mask: torch.Tensor | None
 
-    def serves(self, states: Sequence[WhisperState]) -> bool:
-        """True when the states decode exactly these encodings, in this order (so the stack can be reused)."""
-        return len(states) == len(self.sources) and all(
-            s.cross is c for s, c in zip(states, self.sources, strict=True)
-        )
+    def slots(self, states: Sequence[WhisperState]) -> list[int] | None:
+        """The stack row of each state's encoding, when every one is in the stack (so it can be reused, also by
+        a subset of the streams it was stacked for); None otherwise."""
+        where = {id(cross): i for i, cross in enumerate(self.sources)}
+        found = [where.get(id(state.cross)) for state in states]
+        return None if any(i is None for i in found) else [i for i in found if i is not None]
 
 
 @dataclass(frozen=True)
@@ -415,8 +416,9 @@ class WhisperModel:
             tokens: per stream, the (B_i,) tokens to append.
             costs: per stream, its counters: the batched call counts as one decoder call on ``costs[0]``, and
                 each stream counts its own B_i decoder positions.
-            cross: the streams' stacked cross-attention keys/values (:meth:`stack_cross`), which a caller that
-                steps the same streams for many tokens keeps to save a copy per step (the model keeps nothing);
+            cross: stacked cross-attention keys/values (:meth:`stack_cross`) of these streams' encodings (or of
+                more: a stack of a superset serves any subset), which a caller that steps the same streams for
+                many tokens keeps to save a copy per step (the model keeps nothing);
                 None, or a stack of other encodings: stacked here.
 
         Returns:
@@ -443,9 +445,16 @@ class WhisperModel:
         row_lengths = [length for length, b in zip(lengths, rows, strict=True) for _ in range(b)]
         positions = torch.tensor(row_lengths, dtype=torch.long, device=self.device)
         starts = [sum(rows[:s]) for s in range(len(rows))]  # first row of each stream
-        cells_of = [[start + min(j, b - 1) for j in range(width)] for start, b in zip(starts, rows, strict=True)]
+        slots = cross.slots(states) if cross is not None else None
+        if cross is None or slots is None:
+            cross, slots = self.stack_cross(states), list(range(len(states)))
+        # the query grid has one row per stacked encoding; a stacked stream not stepping now fills its row with
+        # copies of query 0 (computed, never read)
+        cells_of = [[0] * width for _ in cross.sources]
+        for slot, start, b in zip(slots, starts, rows, strict=True):
+            cells_of[slot] = [start + min(j, b - 1) for j in range(width)]
         grid = torch.tensor(cells_of, dtype=torch.long, device=self.device)
-        cells = [s * width + j for s, b in enumerate(rows) for j in range(b)]
+        cells = [slot * width + j for slot, b in zip(slots, rows, strict=True) for j in range(b)]
         groups = Groups(grid=grid, rows=torch.tensor(cells, dtype=torch.long, device=self.device))
         with torch.inference_mode():
             cache = [(_pad_left([k for k, _ in layer], lengths, rows, lmax),
@@ -457,9 +466,8 @@ class WhisperModel:
                 pad = (lmax - positions).view(-1, 1, 1, 1)
                 self_mask = torch.zeros(n, 1, 1, lmax + 1, dtype=cache[0][0].dtype, device=self.device)
                 self_mask.masked_fill_(columns < pad, -math.inf)
-            batch = cross if cross is not None and cross.serves(states) else self.stack_cross(states)
-            logits, new_cache = self.net.model.decoder(ids, positions, cache, batch.stacked, last_only=True,
-                                                       self_mask=self_mask, cross_mask=batch.mask,
+            logits, new_cache = self.net.model.decoder(ids, positions, cache, cross.stacked, last_only=True,
+                                                       self_mask=self_mask, cross_mask=cross.mask,
                                                        cross_groups=groups)
         costs[0].decoder_calls += 1
         for stream_costs, b in zip(costs, rows, strict=True):

@@ -2,6 +2,6 @@
 
 * :mod:`~simulst.server.protocol` - the websocket messages and the limits on what clients send.
 * :mod:`~simulst.server.service` - the loaded model that opens streams.
-* :mod:`~simulst.server.scheduler` - slots (one per stream) decoded in rounds, batched across streams.
+* :mod:`~simulst.server.scheduler` - slots (one per stream) whose due work runs batched across streams.
 * :mod:`~simulst.server.app` - the ASGI app; :mod:`~simulst.server.openai_api` - the OpenAI endpoints.
 """

@@ -36,7 +36,7 @@ NORMAL, POLICY, SERVER_ERROR, TRY_LATER = 1000, 1008, 1011, 1013
 
 def create_app(service: Service) -> FastAPI:
     """The app serving ``service``'s model (one scheduler, started with the app)."""
-    scheduler = Scheduler(service.runner.run, service.config.max_streams)
+    scheduler = Scheduler(service.runner, service.config.max_streams)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -59,7 +59,7 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         stats = getattr(service.runner, "stats", None)
-        return {"status": "ok", "streams": len(scheduler.slots), "rounds": scheduler.rounds,
+        return {"status": "ok", "streams": len(scheduler.slots), "jobs": scheduler.jobs,
                 "batching": dataclasses.asdict(stats) if stats is not None else None}
 
     @app.websocket("/ws")

@@ -3,8 +3,8 @@
 Multipart form fields as OpenAI's: ``file`` (wav, flac, ogg, mp3: what libsndfile reads), ``model`` (the loaded
 model's name - or any other, e.g. ``whisper-1``: the server's model), ``language``, ``response_format``
 (``json`` | ``text`` | ``srt`` | ``vtt``; ``prompt`` and ``temperature`` are accepted and ignored). The file is
-decoded as a stream of the server (with long-form streaming), one chunk per scheduler round, so files and live
-streams share the batched rounds. ``translations`` renders the speech in English: Whisper's translate task on a
+decoded as a stream of the server (with long-form streaming), one chunk per job, so files and live streams
+share the batched calls. ``translations`` renders the speech in English: Whisper's translate task on a
 multilingual model; an English-only model serves it as a transcription (its speech is English already).
 The token, when the server has one, is the client's API key (``Authorization: Bearer``).
 """

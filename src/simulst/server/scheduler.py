@@ -1,11 +1,11 @@
-"""The server's scheduler: streams (slots) fed by their clients, decoded in rounds.
+"""The server's scheduler: streams (slots) fed by their clients, decoded as their chunks come due.
 
 Each client's audio lands in its :class:`Slot` (converted, resampled to the model's rate, checked against the
-limits). The :class:`Scheduler` loop runs one *round* at a time: it gathers every slot with a chunk due (or an
-ended source, or a file to go on with) and hands one job per slot to the runner, which decodes them together -
-batched model calls with :class:`~simulst.streaming.batching.Batcher`. Audio that arrives during a round waits
-for the next one; a stream that fell behind then reads all of it as one larger chunk (the stream is opened with
-``catch_up``), so its latency stays bounded by a round instead of a queue growing. A failing stream fails alone:
+limits). The :class:`Scheduler` starts a job on the runner for every slot with a chunk due (or an ended source, or a
+file to go on with) as soon as it is due; the runner decodes the running jobs together - batched model calls
+with :class:`~simulst.streaming.batching.Batcher`. Audio that arrives while a stream's job runs waits for its
+next job; a stream that fell behind then reads all of it as one larger chunk (the stream is opened with
+``catch_up``), so its latency stays bounded instead of a queue growing. A failing stream fails alone:
 its client gets an error, the others go on.
 """
 
@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +29,7 @@ import soxr
 
 from simulst.server.protocol import Limits, ProtocolError, StartRequest
 from simulst.server.service import OpenedStream
+from simulst.streaming.batching import Runner
 from simulst.types import Emission
 
 log = logging.getLogger("simulst.server")
@@ -44,8 +48,8 @@ class Slot:
         start: the client's validated ``start`` request.
         model_rate: the rate the stream reads.
         limits: the server's limits on what the client sends.
-        live: True for a live client (each round reads all audio that arrived); False for a whole file (each
-            round reads one chunk: the file is decoded as fast as the rounds go, interleaved with live streams).
+        live: True for a live client (each job reads all audio that arrived); False for a whole file (each job
+            reads one chunk: the file is decoded as fast as the jobs go, interleaved with live streams).
         transcripts: a directory to append the stream's committed output to (None: not kept).
     """
 
@@ -60,6 +64,7 @@ class Slot:
         self.model_rate = model_rate
         self._resampler = (None if start.sample_rate == model_rate
                            else soxr.ResampleStream(start.sample_rate, model_rate, 1, dtype="float32"))
+        self._lock = threading.Lock()  # pending audio: added by the event loop, taken by the stream's job
         self.pending: list[np.ndarray] = []
         self.pending_samples = 0
         self.received_s = 0.0  # client audio received, seconds
@@ -67,7 +72,7 @@ class Slot:
         self.began: float | None = None  # monotonic time of the first audio
         self.ended = False  # the client sent "end"
         self.done = False  # the final message is out (or the stream failed)
-        self.busy = False  # in the running round
+        self.busy = False  # a job of this slot is running
         self.outbox: asyncio.Queue[Message | Audio | None] = asyncio.Queue()
         self._log: TextIO | None = None
         if transcripts is not None:
@@ -102,17 +107,20 @@ class Slot:
         if self._resampler is not None:
             audio = self._resampler.resample_chunk(audio, last=False)
         if audio.shape[0]:
-            self.pending.append(audio)
-            self.pending_samples += audio.shape[0]
+            with self._lock:
+                self.pending.append(audio)
+                self.pending_samples += audio.shape[0]
 
     def end(self) -> None:
         """The client's source has ended."""
         if self._resampler is not None and not self.ended:
             tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
             if tail.shape[0]:
-                self.pending.append(tail)
-                self.pending_samples += tail.shape[0]
-        self.ended = True
+                with self._lock:
+                    self.pending.append(tail)
+                    self.pending_samples += tail.shape[0]
+        with self._lock:
+            self.ended = True
 
     # ------------------------------------------------------------------------------------ decoding
     def due(self) -> bool:
@@ -124,21 +132,11 @@ class Slot:
         return self.read + self.pending_samples >= self.stream.next_decode or self.ended
 
     def job(self) -> Callable[[], list[Message | Audio]]:
-        """Take the pending audio (all of it, or one chunk of a file) and return the job that decodes it."""
-        audio = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=np.float32)
-        if not self.live:
-            take = self.stream.next_decode - self.read
-            if take <= 0:  # (a policy that commits only at the end does not move next_decode)
-                take = self.stream.chunk_samples
-            audio, rest = audio[:take], audio[take:]
-            self.pending = [rest] if rest.shape[0] else []
-        else:
-            self.pending = []
-        self.pending_samples -= audio.shape[0]
-        self.read += audio.shape[0]
-        finish = self.ended and not self.pending_samples
+        """The job that decodes the pending audio (all of it, or one chunk of a file), taken when the job starts
+        to run (a job waiting for the model reads the audio that arrived meanwhile too)."""
 
         def work() -> list[Message | Audio]:
+            audio, finish = self._take()
             stream = self.stream
             cascade = self.opened.cascade
             seen = len(cascade.source_emissions) if cascade is not None else 0
@@ -156,6 +154,22 @@ class Slot:
             return out
 
         return work
+
+    def _take(self) -> tuple[np.ndarray, bool]:
+        """The audio to decode now, and whether the stream then finishes."""
+        with self._lock:
+            audio = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=np.float32)
+            if not self.live:
+                take = self.stream.next_decode - self.read
+                if take <= 0:  # (a policy that commits only at the end does not move next_decode)
+                    take = self.stream.chunk_samples
+                audio, rest = audio[:take], audio[take:]
+                self.pending = [rest] if rest.shape[0] else []
+            else:
+                self.pending = []
+            self.pending_samples -= audio.shape[0]
+            self.read += audio.shape[0]
+            return audio, self.ended and not self.pending_samples
 
     def _speak(self, emission: Emission) -> list[Message | Audio]:
         voice = self.opened.synthesizer
@@ -176,7 +190,7 @@ class Slot:
 
     # ------------------------------------------------------------------------------------ output
     def deliver(self, result: list[Message | Audio] | Exception) -> None:
-        """Queue a round's messages for the client (stamped with the wall-clock time since its first audio)."""
+        """Queue a job's messages for the client (stamped with the wall-clock time since its first audio)."""
         if isinstance(result, Exception):
             log.error("stream %s failed: %s: %s", self.id, type(result).__name__, result)
             self.fail(f"the stream failed: {type(result).__name__}: {result}")
@@ -217,19 +231,24 @@ def _emission(channel: str, emission: Emission) -> Message:
 
 
 class Scheduler:
-    """Decodes the slots' due work in rounds through the service's runner (one round at a time).
+    """Starts each slot's due work on the runner as soon as it is due (one job per slot at a time) and delivers
+    the job's messages when it ends.
+
+    With :class:`~simulst.streaming.batching.Batcher` the running jobs' model calls are batched (a stream due
+    while others decode joins their next batch); with ``SerialRunner`` the jobs run one at a time in the order
+    they came due.
 
     Args:
-        run_round: runs one round's jobs (``Runner.run``), called in a worker thread.
+        runner: the service's runner.
         max_streams: the most slots at once.
     """
 
-    def __init__(self, run_round: Callable[[list[Callable[[], Any]]], list[Any]], max_streams: int) -> None:
-        self.run_round = run_round
+    def __init__(self, runner: Runner, max_streams: int) -> None:
+        self.runner = runner
         self.max_streams = max_streams
         self.slots: dict[str, Slot] = {}
         self.reserved = 0
-        self.rounds = 0
+        self.jobs = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -272,25 +291,36 @@ class Scheduler:
             self._task = None
 
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
-            due = [slot for slot in self.slots.values() if slot.due()]
-            if not due:
-                continue
-            jobs = [slot.job() for slot in due]
-            for slot in due:
+            for slot in list(self.slots.values()):
+                if not slot.due():
+                    continue
                 slot.busy = True
-            try:
-                results = await asyncio.to_thread(self.run_round, jobs)
-            except Exception as err:  # the runner itself failed: every stream of the round gets the error
-                log.exception("a decoding round failed")
-                results = [err] * len(due)
-            self.rounds += 1
-            for slot, result in zip(due, results, strict=True):
-                slot.busy = False
-                if slot.id in self.slots:  # (a client that left during the round gets nothing)
-                    slot.deliver(result)
-                    if slot.done:
-                        self.slots.pop(slot.id, None)
-            self._wake.set()  # audio that arrived during the round
+                self.jobs += 1
+                try:
+                    future = self.runner.submit(slot.job())
+                except Exception as err:  # the runner refused the job
+                    self._finish(slot, err)
+                    continue
+                future.add_done_callback(functools.partial(self._finished, loop, slot))
+
+    def _finished(self, loop: asyncio.AbstractEventLoop, slot: Slot, future: Future[list[Message | Audio]]) -> None:
+        """(In the job's thread) hand the outcome to the event loop."""
+        error = future.exception()
+        result: list[Message | Audio] | Exception
+        if error is None:
+            result = future.result()
+        else:
+            result = error if isinstance(error, Exception) else RuntimeError(f"{type(error).__name__}: {error}")
+        loop.call_soon_threadsafe(self._finish, slot, result)
+
+    def _finish(self, slot: Slot, result: list[Message | Audio] | Exception) -> None:
+        slot.busy = False
+        if slot.id in self.slots:  # (a client that left meanwhile gets nothing)
+            slot.deliver(result)
+            if slot.done:
+                self.slots.pop(slot.id, None)
+        self.poke()  # audio that arrived while it decoded

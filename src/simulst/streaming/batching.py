@@ -4,29 +4,29 @@ batched calls.
 A stream's code (:class:`~simulst.streaming.session.Session`: policy, search, commit) stays exactly as it is for
 one stream; only the model it holds is a *view* (:meth:`Batcher.view`) whose hot calls - ``encode`` and the
 no-speech check (once per chunk), ``start`` (the forced prefix, once per chunk) and ``step`` (once per decoded
-token) - are handed to the :class:`Batcher` instead of run. The batcher runs one *round* at a time
-(:meth:`Batcher.run`: one job per stream, e.g. "push this stream's new audio"), each job in its own thread;
-whenever every job of the round is either waiting for a model call or done, it runs all waiting calls at once,
-one batched call per kind: the encodes (``encode_many``: windows of equal length), the no-speech passes
-(``no_speech_many``), the forced prefix passes (``start_many``: right-padded under the causal mask) and the
-decoder steps (``step_many``: padded, masked), then wakes the jobs with their results. This is continuous
-batching (Orca, Yu et al., OSDI 2022) at the granularity of model calls: streams join and leave between calls,
-and each stream's output is what it gets alone, up to float rounding of the batched kernels (tests check the
-texts equal).
+token) - are handed to the :class:`Batcher` instead of run. Each job (e.g. "push this stream's new audio",
+:meth:`Batcher.submit`) runs in its own thread, the jobs taking turns; whenever every running job is waiting
+for a model call (or done), the batcher runs all waiting calls at once, one batched call per kind: the encodes
+(``encode_many``: windows of equal length), the no-speech passes (``no_speech_many``), the forced prefix passes
+(``start_many``: right-padded under the causal mask) and the decoder steps (``step_many``: padded, masked), then
+wakes the jobs with their results. This is continuous batching (Orca, Yu et al., OSDI 2022) at the granularity
+of model calls: streams join and leave between calls, and each stream's output is what it gets alone, up to
+float rounding of the batched kernels (tests check the texts equal).
 
 The rest of a stream's model calls (AlignAtt's passes that track the cross-attention, language detection, token
-timing) run unbatched in the stream's thread. :class:`SerialRunner` is the same interface without batching: the
-jobs of a round run one after another (one stream at a time through the model, as the peers serve streams behind
-a lock).
+timing) run unbatched in the stream's turn. :class:`SerialRunner` is the same interface without batching: one
+job at a time, in the order submitted (one stream at a time through the model, as the peers serve streams
+behind a lock).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -39,43 +39,65 @@ T = TypeVar("T")
 
 
 class Runner(Protocol):
-    """Runs rounds of per-stream jobs over one model."""
+    """Runs per-stream jobs over one model."""
 
     def view(self, model: SpeechModel) -> SpeechModel:
         """The model as a stream run by this runner must hold it."""
         ...
 
+    def submit(self, job: Callable[[], T]) -> Future[T]:
+        """Start a job (e.g. "push this stream's new audio"); its future holds the result or the exception."""
+        ...
+
     def run(self, jobs: Sequence[Callable[[], T]]) -> list[T | Exception]:
-        """Run one round: every job once; per job its result, or the exception it raised."""
+        """Run jobs to the end; per job its result, or the exception it raised."""
         ...
 
 
 class SerialRunner:
-    """Rounds without batching: the jobs run one after another in the caller's thread."""
+    """No batching: one job at a time, in the order submitted (one worker thread), as the peers serve streams
+    behind a lock."""
 
     batched = False
+
+    def __init__(self) -> None:
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulst-serial")
 
     def view(self, model: SpeechModel) -> SpeechModel:
         """The model itself."""
         return model
 
+    def submit(self, job: Callable[[], T]) -> Future[T]:
+        """Queue a job."""
+        return self._worker.submit(job)
+
     def run(self, jobs: Sequence[Callable[[], T]]) -> list[T | Exception]:
         """Each job in turn."""
+        futures = [self.submit(job) for job in jobs]
         results: list[T | Exception] = []
-        for job in jobs:
-            try:
-                results.append(job())
-            except Exception as err:  # one stream's failure is its own
-                results.append(err)
+        for future in futures:
+            error = future.exception()
+            results.append(future.result() if error is None else _as_exception(error))
         return results
 
+    def close(self) -> None:
+        """Stop the worker thread."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
-@dataclass
+
+def _as_exception(error: BaseException) -> Exception:
+    """A job's failure to report (a BaseException such as KeyboardInterrupt is raised on)."""
+    if isinstance(error, Exception):
+        return error
+    raise error
+
+
+@dataclass(eq=False)
 class _Call:
     """A model call a job waits on."""
 
     job: int
-    kind: str  # "encode" | "step"
+    kind: str  # "encode" | "judge" | "start" | "step"
     args: tuple[Any, ...]
     done: bool = False
     result: Any = None
@@ -86,9 +108,9 @@ class _Call:
 class BatchStats:
     """What the batcher ran, per kind of call (``encode``, ``judge``: the no-speech pass, ``start``: the forced
     prefix pass, ``step``): batched calls, the stream calls they stood for (``calls / batches`` is the mean batch)
-    and the largest batch."""
+    and the largest batch; and the jobs run."""
 
-    rounds: int = 0
+    jobs: int = 0
     batches: dict[str, int] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     largest: dict[str, int] = field(default_factory=dict)
@@ -101,30 +123,46 @@ class BatchStats:
 
 
 class Batcher:
-    """Runs rounds of per-stream jobs in threads, gathering their ``encode`` and ``step`` calls into batched calls.
+    """Runs per-stream jobs in threads, gathering their model calls into batched calls.
+
+    Jobs take turns (one runs Python or an unbatched model call at a time: no two compete for the cores); a job
+    that makes a batched call waits, and when every job is waiting (or done), the waiting calls run as batches.
+    A job submitted meanwhile joins the next batch: there are no rounds to wait for.
+
+    Decoder calls go first: while any job waits for a decoder pass, the encodes wait. So the jobs that are
+    decoding finish their (cheap, memory-bound, batched) decoder passes without waiting for the encodes of jobs
+    that came due meanwhile - an encode of a long window keeps a CPU busy as long as a dozen decoder steps, and a
+    batch of encodes costs as much as encoding one after another - and those jobs' encodes then run together,
+    their decoder passes batched in turn: cohorts form by themselves, without rounds to wait for.
 
     Args:
-        model: the shared Whisper model (its ``encode_many`` and ``step_many`` run the batches).
-        max_streams: the most jobs in one round (threads kept ready).
+        model: the shared Whisper model (its ``*_many`` methods run the batches).
+        max_streams: the most jobs at once (threads kept ready).
+        max_encodes: the most encodes in one batch (None: all waiting).
     """
 
     batched = True
 
-    def __init__(self, model: WhisperModel, max_streams: int = 64) -> None:
+    def __init__(self, model: WhisperModel, max_streams: int = 64, max_encodes: int | None = None) -> None:
+        if max_encodes is not None and max_encodes < 1:
+            raise ValueError(f"max_encodes must be >= 1 or None, got {max_encodes}")
         self.model = model
         self.max_streams = max_streams
+        self.max_encodes = max_encodes
         self.stats = BatchStats()
-        self._pool = ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="simulst-stream")
+        self._pool = ThreadPoolExecutor(max_workers=max_streams + 1, thread_name_prefix="simulst-stream")
         self._cond = threading.Condition()
-        self._round = threading.Lock()
+        self._turn = threading.Lock()  # held by the job that runs (or by a dispatch)
         self._local = threading.local()
-        self._running = 0  # jobs of the round neither waiting for a call nor done
+        self._running = 0  # jobs submitted, neither waiting for a call nor done
+        self._dispatching = False
         self._calls: list[_Call] = []
+        self._order = itertools.count()
         self._cross: CrossBatch | None = None
 
     def view(self, model: SpeechModel) -> SpeechModel:
-        """``model`` (the shared model or a variant of it sharing its weights) with ``encode`` and ``step`` sent
-        through this batcher; other models are returned as they are (their calls run unbatched)."""
+        """``model`` (the shared model or a variant of it sharing its weights) with its hot calls sent through
+        this batcher; other models are returned as they are (their calls run unbatched)."""
         if not isinstance(model, WhisperModel) or model.net is not self.model.net:
             return model
         view = _BatchedWhisper.__new__(_BatchedWhisper)
@@ -132,59 +170,98 @@ class Batcher:
         view.batcher = self
         return view
 
+    def submit(self, job: Callable[[], T]) -> Future[T]:
+        """Start a job in its own thread."""
+        return self._start([job])[0]
+
     def run(self, jobs: Sequence[Callable[[], T]]) -> list[T | Exception]:
-        """Run one round: each job in its own thread, their model calls batched; per job its result or error."""
-        if len(jobs) > self.max_streams:
-            raise ValueError(f"a round of {len(jobs)} jobs exceeds max_streams={self.max_streams}")
-        results: list[T | Exception | None] = [None] * len(jobs)
-
-        def work(index: int, job: Callable[[], T]) -> None:
-            self._local.job = index
-            try:
-                results[index] = job()
-            except Exception as err:  # one stream's failure is its own
-                results[index] = err
-            finally:
-                with self._cond:
-                    self._running -= 1
-                    self._dispatch_if_idle()
-
-        with self._round:
-            self.stats.rounds += 1
-            with self._cond:
-                self._running = len(jobs)
-            wait([self._pool.submit(work, i, job) for i, job in enumerate(jobs)])
-        return cast("list[T | Exception]", results)
+        """Run jobs together (all started before any batch runs) to the end; per job its result or error."""
+        futures = self._start(jobs)
+        wait(futures)
+        results: list[T | Exception] = []
+        for future in futures:
+            error = future.exception()
+            results.append(future.result() if error is None else _as_exception(error))
+        return results
 
     def close(self) -> None:
         """Stop the worker threads."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def _start(self, jobs: Sequence[Callable[[], T]]) -> list[Future[T]]:
+        with self._cond:
+            if self._running + len(jobs) > self.max_streams:
+                raise ValueError(f"{self._running + len(jobs)} jobs at once exceed max_streams={self.max_streams}")
+            self._running += len(jobs)
+            self.stats.jobs += len(jobs)
+        return [self._pool.submit(self._work, job, next(self._order)) for job in jobs]
+
+    def _work(self, job: Callable[[], T], order: int) -> T:
+        self._local.job = order
+        self._turn.acquire()
+        try:
+            return job()
+        finally:
+            self._turn.release()
+            with self._cond:
+                self._running -= 1
+                claimed = self._claim()
+            if claimed:  # (in another thread: this job's result is out before the others' batch runs)
+                self._pool.submit(self._dispatch, claimed)
+
     # ------------------------------------------------------------------------------------ calls
     def call(self, kind: str, *args: Any) -> Any:
-        """Hand a model call to the batcher and wait for its result (from a job's thread)."""
-        call = _Call(getattr(self._local, "job", 0), kind, args)
+        """Hand a model call to the batcher and wait for its result (from a job's thread; elsewhere it runs at
+        once, alone)."""
+        if not hasattr(self._local, "job"):
+            return self._batch(kind)([_Call(0, kind, args)])[0]
+        call = _Call(self._local.job, kind, args)
+        self._turn.release()
         with self._cond:
             self._calls.append(call)
             self._running -= 1
-            self._dispatch_if_idle()
+            claimed = self._claim()
+        self._dispatch(claimed)
+        with self._cond:
             while not call.done:
                 self._cond.wait()
+        self._turn.acquire()
         if call.error is not None:
             raise call.error
         return call.result
 
-    def _dispatch_if_idle(self) -> None:
-        """With the condition held: when no job is running, run every waiting call and wake their jobs."""
-        if self._running > 0 or not self._calls:
-            return
-        calls = sorted(self._calls, key=lambda c: c.job)  # a deterministic batch order
-        self._calls = []
-        for kind, batch in (("encode", self._encode_batch), ("judge", self._judge_batch),
-                            ("start", self._start_batch), ("step", self._step_batch)):
-            self._execute([c for c in calls if c.kind == kind], batch)
-        self._running += len(calls)
-        self._cond.notify_all()
+    def _claim(self) -> list[_Call]:
+        """With the condition held, when no job is running and no batch is: the waiting calls to run now - every
+        waiting decoder call, or when there is none, the waiting encodes (oldest first, ``max_encodes``)."""
+        if self._running > 0 or self._dispatching or not self._calls:
+            return []
+        calls = sorted(self._calls, key=lambda c: c.job)  # oldest job first: a deterministic batch order
+        decoder = [c for c in calls if c.kind != "encode"]
+        chosen = decoder or calls[: self.max_encodes]
+        taken = {id(c) for c in chosen}
+        self._calls = [c for c in calls if id(c) not in taken]
+        self._dispatching = True
+        return chosen
+
+    def _dispatch(self, calls: list[_Call]) -> None:
+        """Run claimed calls as batches (one per kind) and wake their jobs; then whatever was claimed since."""
+        while calls:
+            with self._turn:
+                for kind in ("encode", "judge", "start", "step"):
+                    self._execute([c for c in calls if c.kind == kind], self._batch(kind))
+            with self._cond:
+                for call in calls:
+                    call.done = True
+                self._running += len(calls)
+                self._dispatching = False
+                self._cond.notify_all()
+                calls = self._claim()
+
+    def _batch(self, kind: str) -> Callable[[list[_Call]], list[Any]]:
+        table: dict[str, Callable[[list[_Call]], list[Any]]] = {
+            "encode": self._encode_batch, "judge": self._judge_batch, "start": self._start_batch,
+            "step": self._step_batch}
+        return table[kind]
 
     def _execute(self, calls: list[_Call], batch: Callable[[list[_Call]], list[Any]]) -> None:
         if not calls:
@@ -197,10 +274,9 @@ class Batcher:
                     call.result = batch([call])[0]
                 except Exception as err:
                     call.error = err
-                call.done = True
             return
         for call, result in zip(calls, results, strict=True):
-            call.result, call.done = result, True
+            call.result = result
 
     def _encode_batch(self, calls: list[_Call]) -> list[Encoded]:
         self.stats.count("encode", len(calls))
@@ -226,7 +302,7 @@ class Batcher:
         if plain:
             self.stats.count("step", len(plain))
             states = [c.args[0] for c in plain]
-            if len(plain) > 1 and (self._cross is None or not self._cross.serves(states)):
+            if len(plain) > 1 and (self._cross is None or self._cross.slots(states) is None):
                 self._cross = self.model.stack_cross(states)
             stepped = self.model.step_many(states, [c.args[1] for c in plain], [c.args[2] for c in plain],
                                            cross=self._cross if len(plain) > 1 else None)
