@@ -1,8 +1,9 @@
 """Load on ``simulst serve``: N concurrent real-time clients on loopback, batched vs one stream at a time.
 
 For each server mode (``batched``: the streams' encoder and decoder calls gathered into batched calls;
-``serial``: ``--no-batching``, each stream's work runs alone, as the peers serve streams behind a lock) a server
-process is started with the same model and stream options (``--server-args``), then:
+``serial``: each stream's work runs alone, in the order the streams came due, reading all its pending audio
+when its turn comes, as the peers serve streams behind a lock) a server
+process is started with the same model and stream options (``--server-args``; ``--batching on`` / ``off``), then:
 
 1. **Reference**: each of the 6 shared English utterances (jfk + fleurs-en-dev) is streamed alone, at the pace
    of a live speaker (100 ms frames, sent when they would have been spoken).
@@ -63,8 +64,7 @@ class Server:
         self.port = free_port()
         args = [str(ROOT / ".venv" / "bin" / "simulst"), "serve", "--port", str(self.port), "--max-streams", "64",
                 "--max-speed", "4", "--log-level", "warning", *extra]
-        if mode == "serial":
-            args.append("--no-batching")
+        args += ["--batching", "on" if mode == "batched" else "off"]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120

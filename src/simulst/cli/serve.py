@@ -29,8 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Bearer); default: $SIMULST_TOKEN, else none")
     p.add_argument("--transcripts", metavar="DIR", default=None,
                    help="append every stream's committed output to DIR/<time>-<stream>.jsonl, flushed per emission")
-    p.add_argument("--no-batching", dest="batched", action="store_false",
-                   help="decode one stream at a time (the peers' way) instead of batching concurrent streams")
+    p.add_argument("--batching", choices=("auto", "on", "off"), default="auto",
+                   help="on: decode concurrent streams in batched model calls; off: one stream at a time, each "
+                        "reading all its pending audio when its turn comes; auto (default): on for a GPU, off on "
+                        "a CPU, where it measured better (bench/results/serve_load.md)")
     p.add_argument("--mt", default="apertium", help="MT back-end for cascade streams (\"to\"): apertium (default)")
     p.add_argument("--max-speed", type=float, default=Limits.max_speed,
                    help="cut off clients sending audio faster than this many times real time (default 2)")
@@ -62,7 +64,8 @@ def run_serve(args: argparse.Namespace) -> int:
     name = args.model or "whisper-tiny.en"
     config = ServerConfig(model_name=Path(name).name if os.sep in name else name, options=options, limits=limits,
                           max_streams=args.max_streams, token=args.token,
-                          transcripts=Path(args.transcripts) if args.transcripts else None, batched=args.batched,
+                          transcripts=Path(args.transcripts) if args.transcripts else None,
+                          batched=args.batching == "on" or (args.batching == "auto" and args.device != "cpu"),
                           mt=args.mt, default_language=args.language)
     app = create_app(Service(model, config))
     print(f"simulst: serving {config.model_name} on http://{args.host}:{args.port}/ (websocket /ws, "
