@@ -29,8 +29,8 @@ def model() -> WhisperModel:
 
 @pytest.fixture(scope="module")
 def audios() -> list[np.ndarray]:
-    items = english_items()[:3]  # jfk + two FLEURS utterances, 6 s each: different speech, different lengths
-    return [load_audio(path)[: 16000 * 6 - 1000 * i] for i, (_, path, _) in enumerate(items)]
+    items = english_items()[:3]  # jfk + two FLEURS utterances, ~5 s each: different speech, different lengths
+    return [load_audio(path)[: 16000 * 5 - 1000 * i] for i, (_, path, _) in enumerate(items)]
 
 
 def decode_in_rounds(runner: Any, model: WhisperModel, audios: list[np.ndarray],

@@ -83,6 +83,7 @@ async def _serve_stream(websocket: WebSocket, service: Service, scheduler: Sched
                       TRY_LATER)
         return
     slot: Slot | None = None
+    tasks: list[asyncio.Task[None]] = []
     try:
         try:
             message = await asyncio.wait_for(_receive_start(websocket), limits.start_timeout_s)
@@ -99,7 +100,8 @@ async def _serve_stream(websocket: WebSocket, service: Service, scheduler: Sched
                                    "channels": list(opened.channels)})
         sender = asyncio.create_task(_send(websocket, slot))
         receiving = asyncio.create_task(_receive(websocket, slot, scheduler))
-        done, _ = await asyncio.wait({sender, receiving}, return_when=asyncio.FIRST_COMPLETED)
+        tasks += [sender, receiving]
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         if receiving in done and receiving.exception() is not None:
             sender.cancel()
             raise receiving.exception()  # type: ignore[misc]
@@ -119,7 +121,12 @@ async def _serve_stream(websocket: WebSocket, service: Service, scheduler: Sched
     except (ProtocolError, SimulstError) as err:
         log.warning("%s: %s: %s", slot.id if slot else client, type(err).__name__, err)
         await _refuse(websocket, str(err), POLICY)
+    except Exception as err:  # e.g. the connection broke while the final message was sent
+        log.warning("%s: the connection failed: %s: %s", slot.id if slot else client, type(err).__name__, err)
+        await _close(websocket, SERVER_ERROR)
     finally:
+        for task in tasks:
+            task.cancel()
         if slot is not None:
             scheduler.remove(slot)
         scheduler.release()

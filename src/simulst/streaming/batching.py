@@ -154,6 +154,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._turn = threading.Lock()  # held by the job that runs (or by a dispatch)
         self._local = threading.local()
+        self._alive = 0  # jobs submitted and not done
         self._running = 0  # jobs submitted, neither waiting for a call nor done
         self._dispatching = False
         self._calls: list[_Call] = []
@@ -190,8 +191,9 @@ class Batcher:
 
     def _start(self, jobs: Sequence[Callable[[], T]]) -> list[Future[T]]:
         with self._cond:
-            if self._running + len(jobs) > self.max_streams:
-                raise ValueError(f"{self._running + len(jobs)} jobs at once exceed max_streams={self.max_streams}")
+            if self._alive + len(jobs) > self.max_streams:  # (each job holds a thread while it waits)
+                raise ValueError(f"{self._alive + len(jobs)} jobs at once exceed max_streams={self.max_streams}")
+            self._alive += len(jobs)
             self._running += len(jobs)
             self.stats.jobs += len(jobs)
         return [self._pool.submit(self._work, job, next(self._order)) for job in jobs]
@@ -204,6 +206,7 @@ class Batcher:
         finally:
             self._turn.release()
             with self._cond:
+                self._alive -= 1
                 self._running -= 1
                 claimed = self._claim()
             if claimed:  # (in another thread: this job's result is out before the others' batch runs)
