@@ -169,7 +169,8 @@ class Service:
             "multilingual": self.multilingual,
             "tasks": ["transcribe", "translate"] if self.multilingual else ["transcribe"],
             "policy": str(options.policy),
-            "policies": ["la-2", "hold-2", "sp-2", "wait-3", "alignatt", "offline"]
+            "policies": ["la-2", "hold-2", "wait-3", "alignatt", "offline"]
+                        + (["sp-2"] if options.search.name != "greedy" else [])  # (shared prefix needs beams)
                         + (["ctc"] if getattr(self.model, "ctc_head", None) is not None else []),
             "chunk_ms": {"default": options.chunk_ms, "min": limits.min_chunk_ms, "max": limits.max_chunk_ms},
             "vad": options.vad,
