@@ -27,9 +27,10 @@ from simulst.audio.microphone import (
     load_sounddevice,
 )
 from simulst.cli import live
+from simulst.cli.main import main
 from simulst.cli.printing import StreamOutput
 from simulst.config import StreamOptions
-from simulst.errors import DeviceError, SimulstError
+from simulst.errors import DeviceError
 from simulst.models.base import SpeechModel
 from simulst.streaming.engine import SpeechEngine
 from tests.shared_assets import JFK, needs_shared
@@ -40,18 +41,8 @@ PHRASE = "ask not what your country can do for you"
 
 # ---------------------------------------------------------------------------------------------- helpers
 def run_live_cli(argv: list[str]) -> int:
-    """``simulst live ARGS`` through a parser holding only ``live``, with :func:`simulst.cli.main.main`'s error
-    handling (SimulstError -> 2, Ctrl-C -> 130)."""
-    parser = argparse.ArgumentParser(prog="simulst")
-    live.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["live", *argv])
-    try:
-        return int(args.func(args))
-    except SimulstError as err:
-        print(f"simulst: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    """``simulst live ARGS`` through the command's entry point (its exit codes)."""
+    return main(["live", *argv])
 
 
 def words(text: str) -> str:

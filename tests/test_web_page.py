@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.server_fixtures import serving
 from tests.shared_assets import JFK, needs_shared
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -37,34 +36,15 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
     """``http://127.0.0.1:PORT`` of an in-process server with the real model."""
-    import uvicorn
-
     from simulst.models.loading import load_model
     from simulst.server.app import create_app
     from simulst.server.service import ServerConfig, Service
 
-    app = create_app(Service(load_model(), ServerConfig()))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="simulst-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the server did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app(Service(load_model(), ServerConfig()))) as running:
+        yield running.http
 
 
 def _browser(wav: Path) -> webdriver.Chrome:

@@ -28,7 +28,7 @@ from simulst.audio.io import SILENCE_PEAK
 from simulst.audio.microphone import Microphone, find_input_device, list_input_devices
 from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
-from simulst.cli.printing import STREAM_FORMATS, StreamOutput, final_record
+from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
 from simulst.errors import OptionError
 from simulst.streaming.engine import Engine, SpeechEngine, Stream
 from simulst.types import Emission
@@ -51,15 +51,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
                    help="Whisper task (translate: into English, multilingual models); default transcribe")
     add_cascade_arguments(p, speech=False)
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--format", choices=STREAM_FORMATS, default="text",
-                     help="text: a live line per emission (default); json: JSON lines only (one per emission, then "
-                          "a final one); srt | vtt: live subtitles, each caption written as it closes")
-    fmt.add_argument("--json", dest="format", action="store_const", const="json", default="text",
-                     help="same as --format json")
-    p.add_argument("--output", "-o", metavar="FILE", default=None,
-                   help="with --format srt|vtt: write the captions to FILE (stdout then shows the live lines); "
-                        "default: the captions alone on stdout, the summary on stderr")
+    add_output_arguments(p)
     p.set_defaults(func=live_command)
 
 

@@ -18,7 +18,7 @@ from simulst.cli import live as live_commands
 from simulst.cli import serve as serve_commands
 from simulst.cli.cascade import add_cascade_arguments, run_cascade
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
-from simulst.cli.printing import STREAM_FORMATS, StreamOutput, final_record
+from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
 from simulst.errors import SimulstError
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast, feed_realtime
@@ -40,15 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_cascade_arguments(p)
         p.add_argument("--realtime", action="store_true",
                        help="computation-aware: feed audio at wall-clock speed while the model computes")
-        fmt = p.add_mutually_exclusive_group()
-        fmt.add_argument("--format", choices=STREAM_FORMATS, default="text",
-                         help="text: a live line per emission (default); json: JSON lines only (one per emission, "
-                              "then a final one); srt | vtt: live subtitles, each caption written as it closes")
-        fmt.add_argument("--json", dest="format", action="store_const", const="json", default="text",
-                         help="same as --format json")
-        p.add_argument("--output", "-o", metavar="FILE", default=None,
-                       help="with --format srt|vtt: write the captions to FILE (stdout then shows the live lines); "
-                            "default: the captions alone on stdout, the summary on stderr")
+        add_output_arguments(p)
         p.set_defaults(func=run_stream, task=task)
     evaluation_commands.register(sub)  # eval, score, sweep
     ctc_commands.register(sub)  # train-ctc

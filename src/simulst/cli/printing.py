@@ -3,6 +3,7 @@ subtitles (SRT / WebVTT captions, each written as soon as it is closed)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,19 @@ from simulst.streaming.subtitles import SubtitleWriter
 from simulst.types import Emission
 
 STREAM_FORMATS = ("text", "json", *SUBTITLE_FORMATS)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--format`` (``--json``) and ``-o`` of the commands that stream emissions (for :class:`StreamOutput`)."""
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--format", choices=STREAM_FORMATS, default="text",
+                     help="text: a live line per emission (default); json: JSON lines only (one per emission, then "
+                          "a final one); srt | vtt: live subtitles, each caption written as it closes")
+    fmt.add_argument("--json", dest="format", action="store_const", const="json", default="text",
+                     help="same as --format json")
+    parser.add_argument("--output", "-o", metavar="FILE", default=None,
+                        help="with --format srt|vtt: write the captions to FILE (stdout then shows the live lines); "
+                             "default: the captions alone on stdout, the summary on stderr")
 
 
 def final_record(stream: Stream, source_s: float, wall_s: float) -> dict[str, Any]:

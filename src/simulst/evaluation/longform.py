@@ -661,28 +661,26 @@ def long_yaal_of(d: Sequence[float], x: float, y_ref: float, time_to_end: float)
     return total / tau
 
 
-def _times(s: SentenceOutput, computation_aware: bool) -> tuple[float, ...] | None:
-    return s.elapsed if computation_aware else s.delays
+def _lagging_inputs(s: SentenceOutput, computation_aware: bool, unit: str) -> tuple[tuple[float, ...], int] | None:
+    """A sentence's delays (or elapsed times) and |Y*|; None when it has no output."""
+    d = s.elapsed if computation_aware else s.delays
+    if not d:
+        return None
+    y_ref = reference_length(s.reference, unit)
+    assert y_ref is not None
+    return d, y_ref
 
 
 def sentence_stream_laal(s: SentenceOutput, computation_aware: bool = False, unit: str = "word") -> float | None:
     """LAAL of one resegmented sentence (None when it has no output)."""
-    d = _times(s, computation_aware)
-    if not d:
-        return None
-    y_ref = reference_length(s.reference, unit)
-    assert y_ref is not None
-    return length_adaptive_average_lagging(d, s.source_length, y_ref)
+    inputs = _lagging_inputs(s, computation_aware, unit)
+    return None if inputs is None else length_adaptive_average_lagging(inputs[0], s.source_length, inputs[1])
 
 
 def sentence_long_yaal(s: SentenceOutput, computation_aware: bool = False, unit: str = "word") -> float | None:
     """LongYAAL of one resegmented sentence (None when skipped)."""
-    d = _times(s, computation_aware)
-    if not d:
-        return None
-    y_ref = reference_length(s.reference, unit)
-    assert y_ref is not None
-    return long_yaal_of(d, s.source_length, y_ref, s.time_to_talk_end)
+    inputs = _lagging_inputs(s, computation_aware, unit)
+    return None if inputs is None else long_yaal_of(inputs[0], s.source_length, inputs[1], s.time_to_talk_end)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -73,23 +73,23 @@ class SerialRunner:
 
     def run(self, jobs: Sequence[Callable[[], T]]) -> list[T | Exception]:
         """Each job in turn."""
-        futures = [self.submit(job) for job in jobs]
-        results: list[T | Exception] = []
-        for future in futures:
-            error = future.exception()
-            results.append(future.result() if error is None else _as_exception(error))
-        return results
+        return _outcomes([self.submit(job) for job in jobs])
 
     def close(self) -> None:
         """Stop the worker thread."""
         self._worker.shutdown(wait=False, cancel_futures=True)
 
 
-def _as_exception(error: BaseException) -> Exception:
-    """A job's failure to report (a BaseException such as KeyboardInterrupt is raised on)."""
-    if isinstance(error, Exception):
-        return error
-    raise error
+def _outcomes(futures: Sequence[Future[T]]) -> list[T | Exception]:
+    """Per job (waiting for each), its result or the exception it raised (a BaseException such as
+    KeyboardInterrupt is raised on)."""
+    results: list[T | Exception] = []
+    for future in futures:
+        error = future.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error
+        results.append(future.result() if error is None else error)
+    return results
 
 
 @dataclass(eq=False)
@@ -179,11 +179,7 @@ class Batcher:
         """Run jobs together (all started before any batch runs) to the end; per job its result or error."""
         futures = self._start(jobs)
         wait(futures)
-        results: list[T | Exception] = []
-        for future in futures:
-            error = future.exception()
-            results.append(future.result() if error is None else _as_exception(error))
-        return results
+        return _outcomes(futures)
 
     def close(self) -> None:
         """Stop the worker threads."""
