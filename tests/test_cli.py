@@ -141,18 +141,25 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str],
 def test_a_talk_longer_than_the_window_is_evaluated_as_one_long_form_instance(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # jfk + fleurs-en-dev joined with 1 s pauses (57 s): one long-form instance, scored per reference sentence
+    # jfk + the three shortest fleurs-en-dev utterances joined with 1 s pauses (34 s, longer than the 30 s window):
+    # one long-form instance, scored per reference sentence
+    talk = ("jfk", "fleurs-en-001", "fleurs-en-003", "fleurs-en-004")
     parts, sentences, segments, position = [], [], [], 1.0
     for manifest in ("jfk.tsv", "fleurs-en-dev.tsv"):
         for line in (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]:
-            _uid, audio_path, _duration, transcript = line.split("\t")[:4]
+            uid, audio_path, _duration, transcript = line.split("\t")[:4]
+            if uid not in talk:
+                continue
             audio, _ = sf.read(str(DATA / audio_path), dtype="float32")
             parts += [np.zeros(16000, dtype=np.float32), audio]
             segments.append(f"- {{duration: {audio.shape[0] / 16000:.4f}, offset: {position:.4f}, wav: talk.wav}}\n")
             sentences.append(transcript + "\n")
             position += audio.shape[0] / 16000 + 1.0
-    sf.write(str(tmp_path / "talk.wav"), np.concatenate(parts), 16000)
-    (tmp_path / "talk.tsv").write_text("id\taudio\tduration_s\ntalk\ttalk.wav\t57\n", encoding="utf-8")
+    joined = np.concatenate(parts)
+    assert len(sentences) == len(talk) and joined.shape[0] > 30 * 16000
+    sf.write(str(tmp_path / "talk.wav"), joined, 16000)
+    (tmp_path / "talk.tsv").write_text(f"id\taudio\tduration_s\ntalk\ttalk.wav\t{joined.shape[0] / 16000:.2f}\n",
+                                       encoding="utf-8")
     (tmp_path / "talk.sentences.txt").write_text("".join(sentences), encoding="utf-8")
     (tmp_path / "talk.yaml").write_text("".join(segments), encoding="utf-8")
     fast = ["--chunk-ms", "2000"]  # (the default window: with the audio window tiny.en loops more on long-form)

@@ -21,6 +21,11 @@ pytestmark = [
 ]
 
 
+# With the guards, "Hong Kong" is committed within the first 10 s of fleurs-de-000 (by 9 s; asserted in
+# test_fleurs_de_000_keeps_its_translation): the test without the guards streams only these 10 s.
+EARLY_MS = 10_000
+
+
 @pytest.fixture(scope="module")
 def german() -> SpeechEngine:
     return SpeechEngine.load(ModelOptions("whisper-base", language="de", task="translate"))
@@ -38,21 +43,26 @@ def test_fleurs_de_000_keeps_its_translation(german: SpeechEngine, policy: str) 
     assert "thank you" not in text
     assert any(e.source_ms < audio.shape[0] / 16 for e in emissions)  # still simultaneous
     assert stream.costs.extra.get("no_speech_skips", 0) >= 2
+    assert "hong kong" in "".join(e.text for e in emissions if e.source_ms <= EARLY_MS).lower()
 
 
 def test_without_the_guards_the_early_hallucination_is_committed(german: SpeechEngine) -> None:
-    audio = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+    audio = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")[: EARLY_MS * 16]
     # (no long-form trimming either: trimming behind the committed "Thank you." lets the stream recover)
     options = StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2"), no_speech_threshold=None,
                             logprob_threshold=None, segment_s=30.0, max_buffer_s=30.0)
     stream = german.open(options)
     feed_fast(stream, audio)
-    assert "hong kong" not in stream.text.lower()  # what the guards are for (the failure reported in the issue)
+    text = stream.text.lower()
+    assert "thank you" in text  # the hallucination (silence before the speech) is committed ...
+    assert "hong kong" not in text  # ... and swallows the translation: what the guards are for (the issue's failure)
 
 
 def test_auto_detects_the_language_once() -> None:
     engine = SpeechEngine.load(ModelOptions("whisper-base", language="auto", task="transcribe"))
     stream = engine.open(StreamOptions(chunk_ms=2000, policy=PolicyOptions.parse("la-2")))
-    feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-fr-003.wav"))
+    # (the first 4 s: two chunks, the language detected at the first and kept for the second)
+    feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-fr-003.wav")[: 4 * 16000])
+    assert stream.costs.encoder_calls == 2
     prompt = stream.state.prompt
     assert prompt is not None and prompt[1] == engine.model.tokenizer.token_id("<|fr|>")  # type: ignore[attr-defined]

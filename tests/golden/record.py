@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,11 @@ def engine(config: Config, model: Any) -> Any:
     return SpeechEngine(model)
 
 
-def run(config: Config, models: dict[tuple[str, str, bool], Any], only: str | None = None) -> dict[str, Any]:
-    """Stream every shared English utterance (or just ``only``) through ``config``; the outputs per utterance."""
+def run(config: Config, models: dict[tuple[str, str, bool], Any], only: Collection[str] | None = None,
+        speech_stage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Stream every shared English utterance (or just those ``only`` names, in the same order through the same
+    engine) through ``config``; the outputs per utterance. For the cascade, ``speech_stage`` (when given) receives
+    the outputs of its speech-recognition stage per utterance, in the same form."""
     from simulst.audio.io import load_audio
     from simulst.config import PolicyOptions, SearchOptions, StreamOptions
     from simulst.streaming.feed import feed_fast
@@ -99,21 +103,27 @@ def run(config: Config, models: dict[tuple[str, str, bool], Any], only: str | No
     shared = engine(config, load(config, models))
     out: dict[str, Any] = {}
     for uid, path, _ in english_items():
-        if only is not None and uid != only:
+        if only is not None and uid not in only:
             continue
         stream = shared.open(options)
         emissions = feed_fast(stream, load_audio(path))
-        costs = stream.costs
-        out[uid] = {
-            "emissions": [[e.text, round(e.source_ms, 3)] for e in emissions],
-            "text": stream.text,
-            "decoder_calls": costs.decoder_calls,
-            "decoder_positions": costs.decoder_positions,
-            "encoder_calls": costs.encoder_calls,
-        }
+        out[uid] = outputs(emissions, stream.text, stream.costs)
         if config.cascade:
             out[uid]["source_text"] = stream.source_text
+            if speech_stage is not None:
+                speech_stage[uid] = outputs(stream.source_emissions, stream.source_text, stream.asr.costs)
     return out
+
+
+def outputs(emissions: Sequence[Any], text: str, costs: Any) -> dict[str, Any]:
+    """What is recorded of one stream: every emission's text and source time, the final text, the work counters."""
+    return {
+        "emissions": [[e.text, round(e.source_ms, 3)] for e in emissions],
+        "text": text,
+        "decoder_calls": costs.decoder_calls,
+        "decoder_positions": costs.decoder_positions,
+        "encoder_calls": costs.encoder_calls,
+    }
 
 
 def main() -> None:

@@ -56,11 +56,15 @@ class VoiceActivity:
             raise OptionError(f"the VAD threshold is a probability in (0, 1), got {threshold}")
         if pause_ms < 0:
             raise OptionError(f"the VAD pause must be >= 0 ms, got {pause_ms}")
+        import torch
+
+        threads = torch.get_num_threads()
         try:  # lazy: an optional dependency, loaded only by streams that use it
             from silero_vad import VADIterator, load_silero_vad
         except ImportError as exc:
             raise ModelLoadError("voice activity detection needs silero-vad (pip install silero-vad)") from exc
-        import torch
+        finally:  # its first import sets torch.set_num_threads(1) for the whole process; the models need theirs
+            torch.set_num_threads(threads)
 
         self._torch = torch
         self.window = WINDOW[sample_rate]
