@@ -7,18 +7,24 @@ of the talk: the mean StreamLAAL_CA of the sentences that start in it, the p50 /
 the process's resident memory (RSS) at the end of the minute. The per-utterance offline score of the same model on
 the same sentences is the reference point.
 
-Computation-aware time is a simulated real-time clock, as ``--realtime`` would see it with this machine's compute:
-the chunk ending at source time t is decoded when the audio has arrived and the previous decode is done, i.e. at
-max(t, end of the previous decode), and its emission is stamped with the end of its own decode. (SimulEval's
-per-instance elapsed = source + *cumulative* compute grows without bound over a long stream, which is not what a
-live listener sees.)
+Computation-aware time comes from one of two clocks (the run's ``@clock``):
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--talks en,de] [--configs default,vad]
+* ``simulated`` (the default): the chunks are pushed as fast as the model goes and a real-time clock is simulated
+  with this machine's compute: the chunk ending at source time t is decoded when the audio has arrived and the
+  previous decode is done, i.e. at max(t, end of the previous decode), and its emission is stamped with the end of
+  its own decode. (SimulEval's per-instance elapsed = source + *cumulative* compute grows without bound over a long
+  stream, which is not what a live listener sees.)
+* ``realtime``: exactly ``simulst transcribe TALK --realtime``: the audio arrives at wall-clock speed
+  (``feed_realtime``'s pacing, a catch-up stream that decodes once over whatever has arrived), and each emission is
+  stamped with the wall clock. A 10-minute talk takes 10 minutes.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--runs en:default,en:vad,de:default,en:default@realtime]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import statistics
 import sys
@@ -49,10 +55,15 @@ SETS = ROOT / "out" / "longform"
 RESULTS = ROOT / "bench" / "results"
 TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
          "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate"))}
-CONFIGS = {"default": StreamOptions(), "vad": StreamOptions(vad=True),
-           "segment-15": StreamOptions(segment_s=15.0, max_buffer_s=25.0),
-           "segment-5": StreamOptions(segment_s=5.0, max_buffer_s=12.0)}
-COLUMNS = ["talk", "config", "minutes", "quality", "offline_per_utterance", "StreamLAAL", "StreamLAAL_CA",
+# config -> (stream options, model options changed from the talk's)
+CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
+    "default": (StreamOptions(), {}), "vad": (StreamOptions(vad=True), {}),
+    "segment-15": (StreamOptions(segment_s=15.0, max_buffer_s=25.0), {}),
+    "segment-5": (StreamOptions(segment_s=5.0, max_buffer_s=12.0), {}),
+    "audio-int8": (StreamOptions(), {"window": "audio", "precision": "int8"}),
+}
+CLOCKS = ("simulated", "realtime")
+COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "StreamLAAL", "StreamLAAL_CA",
            "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms", "RSS_min2_MB", "RSS_last_MB",
            "RTF", "trims", "vad_segments", "segment_commits"]
 
@@ -95,6 +106,50 @@ def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray)
             "costs": session.costs}
 
 
+def stream_talk_realtime(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray) -> dict[str, Any]:
+    """One stream over the talk at wall-clock pace (``--realtime``): the same record as :func:`stream_talk`, each
+    emission stamped with the wall clock since the first sample arrived."""
+    session = engine.open(options, catch_up=True)
+    rate = session.sample_rate
+    total = audio.shape[0]
+    words: list[str] = []
+    delays: list[float] = []
+    elapsed: list[float] = []
+    chunks: list[tuple[float, float]] = []
+    rss: list[float] = []
+    start = time.perf_counter()
+    pos = 0
+    while True:
+        now = time.perf_counter() - start
+        available = min(total, int(now * rate))
+        if available <= pos and pos < total:
+            time.sleep(max(0.001, min(total, session.next_decode) / rate - now))
+            continue
+        decodes = session.costs.encoder_calls
+        started = time.perf_counter()
+        emissions = session.push(audio[pos:available]) if pos < total else session.finish()
+        spent = (time.perf_counter() - started) * 1000.0
+        if session.costs.encoder_calls > decodes or pos >= total:
+            chunks.append((available * 1000.0 / rate, spent))
+        wall = (time.perf_counter() - start) * 1000.0
+        for e in emissions:
+            for word in e.text.split():
+                words.append(word)
+                delays.append(e.source_ms)
+                elapsed.append(wall)
+        if pos >= total:
+            break
+        if available // (60 * rate) > pos // (60 * rate) or available >= total:
+            rss.append(_rss_mb())
+        pos = available
+    return {"text": " ".join(words), "delays": delays, "elapsed": elapsed, "chunks": chunks, "rss": rss,
+            "costs": session.costs}
+
+
+def _seconds(ms: float | None) -> float:
+    return float("nan") if ms is None else ms / 1000.0
+
+
 def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: list[Any]) -> list[str]:
     """Each reference sentence's audio decoded offline on its own (the per-utterance reference point)."""
     options = StreamOptions(policy=PolicyOptions.parse("offline"))
@@ -108,14 +163,16 @@ def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: lis
     return texts
 
 
-def run(talk: str, config: str, sets: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     name, model_options = TALKS[talk]
+    stream_options, model_changes = CONFIGS[config]
+    model_options = dataclasses.replace(model_options, **model_changes)
     wav = sets / f"{name}.wav"
     audio = load_audio(wav)
     references = read_reference_sentences(sets / f"{name}.sentences.txt")
     segments = read_segmentation(sets / f"{name}.yaml")
     engine = SpeechEngine.load(model_options)
-    out = stream_talk(engine, CONFIGS[config], audio)
+    out = (stream_talk_realtime if clock == "realtime" else stream_talk)(engine, stream_options, audio)
     record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=str(wav),
                             source_length=audio.shape[0] / 16.0, reference=" ".join(references))
     translate = model_options.task == "translate"
@@ -139,9 +196,9 @@ def run(talk: str, config: str, sets: Path) -> tuple[dict[str, Any], list[dict[s
     compute = [c for _, c in out["chunks"]]
     costs = out["costs"]
     row = {
-        "talk": name, "config": config, "minutes": audio.shape[0] / 16000 / 60,
+        "talk": name, "config": config, "clock": clock, "minutes": audio.shape[0] / 16000 / 60,
         "quality": quality, "offline_per_utterance": reference_point,
-        "StreamLAAL": report.scores["StreamLAAL"] / 1000.0, "StreamLAAL_CA": report.scores["StreamLAAL_CA"] / 1000.0,
+        "StreamLAAL": _seconds(report.scores["StreamLAAL"]), "StreamLAAL_CA": _seconds(report.scores["StreamLAAL_CA"]),
         "first_min_AL_CA": statistics.fmean(per_minute[minutes[0]]),
         "last_min_AL_CA": statistics.fmean(per_minute[minutes[-1]]),
         "chunk_p50_ms": float(np.percentile(compute, 50)), "chunk_p95_ms": float(np.percentile(compute, 95)),
@@ -184,18 +241,27 @@ def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--talks", default="en,de")
-    parser.add_argument("--configs", default="default,vad")
+    parser.add_argument("--runs", default="en:default,en:vad,de:default,en:default@realtime",
+                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, de; configs: "
+                             f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
     args = parser.parse_args()
     if not (args.sets / "en-talk.wav").is_file():
         raise SystemExit("run bench/longform_sets.py first")
+    runs = []
+    for spec in args.runs.split(","):
+        talk, _, rest = spec.partition(":")
+        config, _, clock = rest.partition("@")
+        clock = clock or "simulated"
+        if talk not in TALKS or config not in CONFIGS or clock not in CLOCKS:
+            raise SystemExit(f"bad run {spec!r}: TALK:CONFIG[@CLOCK] with TALK in {list(TALKS)}, CONFIG in "
+                             f"{list(CONFIGS)}, CLOCK in {list(CLOCKS)}")
+        runs.append((talk, config, clock))
     rows, all_series = [], {}
-    for talk in args.talks.split(","):
-        for config in args.configs.split(","):
-            row, series = run(talk, config, args.sets)
-            rows.append(row)
-            all_series[f"{talk} {config}"] = series
+    for talk, config, clock in runs:
+        row, series = run(talk, config, clock, args.sets)
+        rows.append(row)
+        all_series[f"{talk} {config}" + (" realtime" if clock == "realtime" else "")] = series
     RESULTS.mkdir(exist_ok=True)
     write_csv(RESULTS / "longform.csv", rows, COLUMNS)
     png = plot(all_series)
@@ -207,11 +273,14 @@ def main() -> None:
         "resegmentation, %) and `de-talk` (the 10 German fleurs-multi utterances, Whisper base X→English: "
         "`quality` = BLEU after resegmentation). `offline_per_utterance`: the same model decoding each sentence's "
         "audio offline on its own. Latency in seconds: StreamLAAL (resegmented onto the reference sentences, equal "
-        "to OmniSTEval) and its computation-aware form on a simulated real-time clock (see the script); "
+        "to OmniSTEval) and its computation-aware form (`clock`: `simulated` = a real-time clock simulated from "
+        "this machine's compute per chunk; `realtime` = the audio fed at wall-clock pace, exactly `--realtime`, "
+        "emissions stamped with the wall clock; see the script); "
         "`first/last_min_AL_CA`: mean StreamLAAL_CA of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
         "Stream options are the defaults (`--segment-s 8 --max-buffer-s 16`; `vad`: `--vad`; `segment-15`: "
-        "`--segment-s 15 --max-buffer-s 25`, whisper_streaming's trimming length; `segment-5`: 5 / 12 s).",
+        "`--segment-s 15 --max-buffer-s 25`, whisper_streaming's trimming length; `segment-5`: 5 / 12 s; "
+        "`audio-int8`: `--window audio --precision int8`).",
         "",
         f"Run: {machine_note()}.",
         "",
