@@ -29,6 +29,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,9 @@ from simulst.evaluation.longform import (
     sentence_stream_laal,
 )
 from simulst.evaluation.quality import normalize_for_wer, wer
-from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.engine import SpeechEngine, Stream
+from simulst.streaming.feed import feed_realtime
+from simulst.types import Costs, Emission
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ROOT / "out" / "longform"
@@ -106,44 +109,87 @@ def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray)
             "costs": session.costs}
 
 
+class _TimedStream:
+    """A stream whose decodes are timed - (source ms read, compute ms) per push that decoded, and the finish - and
+    whose process RSS is read at every minute of source pushed and before the finish."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.pushed = 0
+        self.chunks: list[tuple[float, float]] = []
+        self.rss: list[float] = []
+        self._rss_read_at = -1
+
+    @property
+    def sample_rate(self) -> int:
+        return self.stream.sample_rate
+
+    @property
+    def chunk_samples(self) -> int:
+        return self.stream.chunk_samples
+
+    @property
+    def next_decode(self) -> int:
+        return self.stream.next_decode
+
+    @property
+    def text(self) -> str:
+        return self.stream.text
+
+    @property
+    def emissions(self) -> list[Emission]:
+        return self.stream.emissions
+
+    @property
+    def costs(self) -> Costs:
+        return self.stream.costs
+
+    def push(self, audio: np.ndarray) -> list[Emission]:
+        minute = 60 * self.sample_rate
+        decodes = self.costs.encoder_calls
+        emissions, spent = self._timed(lambda: self.stream.push(audio))
+        before, self.pushed = self.pushed, self.pushed + audio.shape[0]
+        if self.costs.encoder_calls > decodes:
+            self.chunks.append((self.pushed * 1000.0 / self.sample_rate, spent))
+        if self.pushed // minute > before // minute:
+            self._read_rss()
+        return emissions
+
+    def finish(self) -> list[Emission]:
+        self._read_rss()
+        emissions, spent = self._timed(self.stream.finish)
+        self.chunks.append((self.pushed * 1000.0 / self.sample_rate, spent))
+        return emissions
+
+    @staticmethod
+    def _timed(call: Callable[[], list[Emission]]) -> tuple[list[Emission], float]:
+        started = time.perf_counter()
+        emissions = call()
+        return emissions, (time.perf_counter() - started) * 1000.0
+
+    def _read_rss(self) -> None:
+        if self._rss_read_at != self.pushed:
+            self.rss.append(_rss_mb())
+            self._rss_read_at = self.pushed
+
+
 def stream_talk_realtime(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray) -> dict[str, Any]:
-    """One stream over the talk at wall-clock pace (``--realtime``): the same record as :func:`stream_talk`, each
-    emission stamped with the wall clock since the first sample arrived."""
-    session = engine.open(options, catch_up=True)
-    rate = session.sample_rate
-    total = audio.shape[0]
+    """One stream over the talk fed by :func:`~simulst.streaming.feed.feed_realtime` (exactly ``--realtime``): the
+    same record as :func:`stream_talk`, each emission stamped with the wall clock since the feeding began."""
+    timed = _TimedStream(engine.open(options, catch_up=True))
     words: list[str] = []
     delays: list[float] = []
     elapsed: list[float] = []
-    chunks: list[tuple[float, float]] = []
-    rss: list[float] = []
-    start = time.perf_counter()
-    pos = 0
-    while True:
-        now = time.perf_counter() - start
-        available = min(total, int(now * rate))
-        if available <= pos and pos < total:
-            time.sleep(max(0.001, min(total, session.next_decode) / rate - now))
-            continue
-        decodes = session.costs.encoder_calls
-        started = time.perf_counter()
-        emissions = session.push(audio[pos:available]) if pos < total else session.finish()
-        spent = (time.perf_counter() - started) * 1000.0
-        if session.costs.encoder_calls > decodes or pos >= total:
-            chunks.append((available * 1000.0 / rate, spent))
-        wall = (time.perf_counter() - start) * 1000.0
-        for e in emissions:
-            for word in e.text.split():
-                words.append(word)
-                delays.append(e.source_ms)
-                elapsed.append(wall)
-        if pos >= total:
-            break
-        if available // (60 * rate) > pos // (60 * rate) or available >= total:
-            rss.append(_rss_mb())
-        pos = available
-    return {"text": " ".join(words), "delays": delays, "elapsed": elapsed, "chunks": chunks, "rss": rss,
-            "costs": session.costs}
+
+    def emit(emission: Emission, wall_ms: float) -> None:
+        for word in emission.text.split():
+            words.append(word)
+            delays.append(emission.source_ms)
+            elapsed.append(wall_ms)
+
+    feed_realtime(timed, audio, emit)
+    return {"text": " ".join(words), "delays": delays, "elapsed": elapsed, "chunks": timed.chunks, "rss": timed.rss,
+            "costs": timed.costs}
 
 
 def _seconds(ms: float | None) -> float:
