@@ -3,9 +3,9 @@
 Needs the talks of ``bench/longform_sets.py`` (run it first). Writes ``bench/results/longform.md`` (+ ``.csv``, and
 ``longform.png``): per configuration, the stream's WER (or BLEU) after resegmenting its output onto the reference
 sentences (``simulst.evaluation.longform``, equal to OmniSTEval), StreamLAAL / StreamLAAL_CA, and for every minute
-of the talk: the mean StreamLAAL_CA of the sentences that start in it, the p50 / p95 compute of a chunk decode, and
-the process's resident memory (RSS) at the end of the minute. The per-utterance offline score of the same model on
-the same sentences is the reference point.
+of the talk: the mean StreamLAAL and StreamLAAL_CA of the sentences that start in it, the p50 / p95 compute of a
+chunk decode, and the process's resident memory (RSS) at the end of the minute. The per-utterance offline score of
+the same model on the same sentences is the reference point.
 
 Computation-aware time comes from one of two clocks (the run's ``@clock``):
 
@@ -18,7 +18,7 @@ Computation-aware time comes from one of two clocks (the run's ``@clock``):
   (``feed_realtime``'s pacing, a catch-up stream that decodes once over whatever has arrived), and each emission is
   stamped with the wall clock. A 10-minute talk takes 10 minutes.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--runs en:default,en:vad,de:default,en:default@realtime]
+    OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--runs en:default,en:vad,de:default,en:default@realtime,...]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine_note, markdown_table, write_csv, write_report
 from simulst.audio.io import load_audio
-from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.longform import (
     LongformOptions,
@@ -61,14 +61,18 @@ TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
 # config -> (stream options, model options changed from the talk's)
 CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
     "default": (StreamOptions(), {}), "vad": (StreamOptions(vad=True), {}),
-    "segment-15": (StreamOptions(segment_s=15.0, max_buffer_s=25.0), {}),
-    "segment-5": (StreamOptions(segment_s=5.0, max_buffer_s=12.0), {}),
-    "audio-int8": (StreamOptions(), {"window": "audio", "precision": "int8"}),
+    "segment-10": (StreamOptions(segment_s=10.0, max_buffer_s=16.0), {}),
+    "window-full": (StreamOptions(), {"window": "full"}),
+    "context-0": (StreamOptions(context_tokens=0), {}),
+    "vad-context-0": (StreamOptions(vad=True, context_tokens=0), {}),
+    "vad-beam5": (StreamOptions(vad=True, search=SearchOptions("beam", beam=5)), {}),
 }
 CLOCKS = ("simulated", "realtime")
-COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "StreamLAAL", "StreamLAAL_CA",
-           "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms", "RSS_min2_MB", "RSS_last_MB",
-           "RTF", "trims", "vad_segments", "segment_commits"]
+DEFAULT_RUNS = "en:default,en:default@realtime,en:vad,en:context-0,en:vad-context-0,de:default"
+COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "offline_same_search",
+           "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL", "first_min_AL_CA", "last_min_AL_CA",
+           "chunk_p50_ms", "chunk_p95_ms",
+           "RSS_min2_MB", "RSS_last_MB", "RTF", "trims", "vad_segments", "segment_commits"]
 
 
 def _rss_mb() -> float:
@@ -196,9 +200,11 @@ def _seconds(ms: float | None) -> float:
     return float("nan") if ms is None else ms / 1000.0
 
 
-def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: list[Any]) -> list[str]:
-    """Each reference sentence's audio decoded offline on its own (the per-utterance reference point)."""
-    options = StreamOptions(policy=PolicyOptions.parse("offline"))
+def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: list[Any],
+                          search: SearchOptions | None = None) -> list[str]:
+    """Each reference sentence's audio decoded offline on its own (the per-utterance reference point), with the
+    default search or ``search``."""
+    options = StreamOptions(policy=PolicyOptions.parse("offline"), search=search or SearchOptions())
     texts = []
     for seg in segments:
         start = int(seg.offset * 16000)
@@ -225,26 +231,38 @@ def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any],
     report = score_longform([record], references, segments,
                             LongformOptions(computation_aware=True))
     offline = offline_per_utterance(engine, audio, segments)
+    same_search = (offline if stream_options.search == SearchOptions()
+                   else offline_per_utterance(engine, audio, segments, stream_options.search))
     if translate:
         import sacrebleu
 
         quality = report.scores["BLEU"]
         reference_point = sacrebleu.corpus_bleu(offline, [references]).score
+        same_search_point = sacrebleu.corpus_bleu(same_search, [references]).score
     else:
         quality = report.scores["WER_norm"]
         reference_point = wer(offline, references, normalize_for_wer)
-    per_minute: dict[int, list[float]] = {}
+        same_search_point = wer(same_search, references, normalize_for_wer)
+    per_minute: dict[int, list[float]] = {}  # StreamLAAL_CA of the sentences starting in each minute
+    per_minute_al: dict[int, list[float]] = {}  # their StreamLAAL (source clock: no timing noise)
     for sentence in report.sentences:
-        value = sentence_stream_laal(sentence, computation_aware=True)
-        if value is not None:
-            per_minute.setdefault(int(sentence.offset // 60000), []).append(value / 1000.0)
+        for aware, table in ((True, per_minute), (False, per_minute_al)):
+            value = sentence_stream_laal(sentence, computation_aware=aware)
+            if value is not None:
+                table.setdefault(int(sentence.offset // 60000), []).append(value / 1000.0)
     minutes = sorted(per_minute)
+
+    def mean_al(minute: int) -> float:
+        return statistics.fmean(per_minute_al[minute]) if minute in per_minute_al else float("nan")
+
     compute = [c for _, c in out["chunks"]]
     costs = out["costs"]
     row = {
         "talk": name, "config": config, "clock": clock, "minutes": audio.shape[0] / 16000 / 60,
         "quality": quality, "offline_per_utterance": reference_point,
+        "offline_same_search": same_search_point,
         "StreamLAAL": _seconds(report.scores["StreamLAAL"]), "StreamLAAL_CA": _seconds(report.scores["StreamLAAL_CA"]),
+        "first_min_AL": mean_al(minutes[0]), "last_min_AL": mean_al(minutes[-1]),
         "first_min_AL_CA": statistics.fmean(per_minute[minutes[0]]),
         "last_min_AL_CA": statistics.fmean(per_minute[minutes[-1]]),
         "chunk_p50_ms": float(np.percentile(compute, 50)), "chunk_p95_ms": float(np.percentile(compute, 95)),
@@ -252,7 +270,7 @@ def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any],
         "RTF": costs.compute_s / (audio.shape[0] / 16000), "trims": costs.extra.get("trims", 0),
         "vad_segments": costs.extra.get("vad_segments", 0), "segment_commits": costs.extra.get("segment_commits", 0),
     }
-    series = [{"minute": m, "AL_CA": statistics.fmean(per_minute[m]),
+    series = [{"minute": m, "AL": mean_al(m), "AL_CA": statistics.fmean(per_minute[m]),
                "chunk_p50_ms": float(np.percentile([c for t, c in out["chunks"] if t // 60000 == m] or [0.0], 50)),
                "chunk_p95_ms": float(np.percentile([c for t, c in out["chunks"] if t // 60000 == m] or [0.0], 95)),
                "RSS_MB": out["rss"][min(m, len(out["rss"]) - 1)]} for m in minutes]
@@ -267,13 +285,16 @@ def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for label, series in all_series.items():
+    for index, (label, series) in enumerate(all_series.items()):
         xs = [s["minute"] for s in series]
-        axes[0].plot(xs, [s["AL_CA"] for s in series], marker="o", label=label)
-        axes[1].plot(xs, [s["chunk_p95_ms"] for s in series], marker="o", label=f"{label} p95")
-        axes[1].plot(xs, [s["chunk_p50_ms"] for s in series], linestyle="--", label=f"{label} p50")
-        axes[2].plot(xs, [s["RSS_MB"] for s in series], marker="o", label=label)
-    for ax, title in zip(axes, ("StreamLAAL_CA per minute (s)", "compute per chunk (ms)", "RSS (MB)"), strict=True):
+        color = f"C{index}"  # one colour per run on all three plots (p95 solid, p50 dashed)
+        axes[0].plot(xs, [s["AL_CA"] for s in series], marker="o", color=color, label=f"{label} AL_CA")
+        axes[0].plot(xs, [s["AL"] for s in series], linestyle=":", color=color, label=f"{label} AL")
+        axes[1].plot(xs, [s["chunk_p95_ms"] for s in series], marker="o", color=color, label=f"{label} p95")
+        axes[1].plot(xs, [s["chunk_p50_ms"] for s in series], linestyle="--", color=color, label=f"{label} p50")
+        axes[2].plot(xs, [s["RSS_MB"] for s in series], marker="o", color=color, label=label)
+    titles = ("StreamLAAL_CA (AL dotted) per minute (s)", "compute per chunk (ms)", "RSS (MB)")
+    for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title)
         ax.set_xlabel("minute of the talk")
         ax.grid(True, alpha=0.3)
@@ -287,7 +308,7 @@ def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", default="en:default,en:vad,de:default,en:default@realtime",
+    parser.add_argument("--runs", default=DEFAULT_RUNS,
                         help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, de; configs: "
                              f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
@@ -318,15 +339,18 @@ def main() -> None:
         "joined with 0.3-2 s pauses and repeated, Whisper tiny.en, transcription: `quality` = WER after "
         "resegmentation, %) and `de-talk` (the 10 German fleurs-multi utterances, Whisper base X→English: "
         "`quality` = BLEU after resegmentation). `offline_per_utterance`: the same model decoding each sentence's "
-        "audio offline on its own. Latency in seconds: StreamLAAL (resegmented onto the reference sentences, equal "
-        "to OmniSTEval) and its computation-aware form (`clock`: `simulated` = a real-time clock simulated from "
+        "audio offline on its own (greedy, the default search); `offline_same_search`: the same with the run's "
+        "search (beam 5 for `vad-beam5`). Latency in seconds: StreamLAAL (resegmented onto the reference sentences, "
+        "equal to OmniSTEval) and its computation-aware form (`clock`: `simulated` = a real-time clock simulated from "
         "this machine's compute per chunk; `realtime` = the audio fed at wall-clock pace, exactly `--realtime`, "
         "emissions stamped with the wall clock; see the script); "
-        "`first/last_min_AL_CA`: mean StreamLAAL_CA of the sentences starting in the first / last minute. "
+        "`first/last_min_AL(_CA)`: mean StreamLAAL (and _CA) of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
-        "Stream options are the defaults (`--segment-s 8 --max-buffer-s 16`; `vad`: `--vad`; `segment-15`: "
-        "`--segment-s 15 --max-buffer-s 25`, whisper_streaming's trimming length; `segment-5`: 5 / 12 s; "
-        "`audio-int8`: `--window audio --precision int8`).",
+        "Stream options are the defaults (LA-2, 600 ms chunks, the audio window, `--segment-s 5 --max-buffer-s 8`; "
+        "`vad`: `--vad`; `segment-10`: `--segment-s 10 --max-buffer-s 16`; `window-full`: `--window full`; "
+        "`context-0`: `--context-tokens 0`, no previous-text prompt (the default is 100 tokens); `vad-context-0`: "
+        "both; `vad-beam5`: `--vad --search beam --beam 5`). The English talk repeats its 6 utterances: the "
+        "previous-text prompt then often holds the very sentence that comes next, which tiny.en tends to copy.",
         "",
         f"Run: {machine_note()}.",
         "",
@@ -338,7 +362,7 @@ def main() -> None:
         "",
     ]
     for label, series in all_series.items():
-        lines += [f"### {label}", "", markdown_table(series, ["minute", "AL_CA", "chunk_p50_ms", "chunk_p95_ms",
+        lines += [f"### {label}", "", markdown_table(series, ["minute", "AL", "AL_CA", "chunk_p50_ms", "chunk_p95_ms",
                                                              "RSS_MB"]), ""]
     write_report(RESULTS / "longform.md", "\n".join(lines))
 

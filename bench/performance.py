@@ -70,22 +70,21 @@ def _configs() -> list[Config]:
 
     return [
         Config("default", "no flags", default_model, default_stream),
-        Config("full-fp32", "--window full --precision fp32 (= the default, a control)",
-               model(window="full", precision="fp32"), default_stream),
-        Config("audio-int8", "--window audio --precision int8", model(window="audio", precision="int8"),
-               default_stream),
-        Config("audio-int8-500", "--window audio --precision int8 --chunk-ms 500",
-               model(window="audio", precision="int8"),
-               stream(chunk_ms=500.0)),
-        Config("audio-int8-ctc", "--window audio --precision int8 --policy ctc",
-               model(window="audio", precision="int8", ctc_head="default"),
-               stream(policy=PolicyOptions.parse("ctc"))),
-        Config("audio-int8-alignatt", "--window audio --precision int8 --policy alignatt",
-               model(window="audio", precision="int8"),
-               stream(policy=PolicyOptions.parse("alignatt"))),
-        Config("audio-int8-beam5", "--window audio --precision int8 --search beam --beam 5",
-               model(window="audio", precision="int8"),
-               stream(search=SearchOptions("beam", 5))),
+        Config("previous-default", "--window full --chunk-ms 1000 --segment-s 8 --max-buffer-s 16 --normalize-peak "
+               "none --no-draft (the default until 2026-11-23)", model(window="full"),
+               stream(chunk_ms=1000.0, segment_s=8.0, max_buffer_s=16.0, normalize_peak=None,
+                      search=SearchOptions(draft=False))),
+        Config("no-normalize", "--normalize-peak none", default_model, stream(normalize_peak=None)),
+        Config("no-draft", "--no-draft", default_model, stream(search=SearchOptions(draft=False))),
+        Config("window-full", "--window full (Whisper's 30 s)", model(window="full"), default_stream),
+        Config("window-min-0", "--window-min-ms 0 (the audio read + 2 s)", model(window_min_ms=0.0), default_stream),
+        Config("chunk-500", "--chunk-ms 500", default_model, stream(chunk_ms=500.0)),
+        Config("chunk-1000", "--chunk-ms 1000", default_model, stream(chunk_ms=1000.0)),
+        Config("ctc", "--policy ctc", model(ctc_head="default"), stream(policy=PolicyOptions.parse("ctc"))),
+        Config("alignatt", "--policy alignatt", default_model, stream(policy=PolicyOptions.parse("alignatt"))),
+        Config("beam5", "--search beam --beam 5", default_model, stream(search=SearchOptions("beam", 5))),
+        Config("whisper-base", "--model whisper-base --language en (multilingual base, 74 M parameters)",
+               ModelOptions("whisper-base", language="en"), default_stream),
     ]
 
 

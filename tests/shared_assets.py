@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 WHISPER_TINY_EN = SHARED / "models" / "whisper-tiny.en"
 DATA = SHARED / "data"
 JFK = DATA / "audio" / "jfk" / "jfk.wav"
+# jfk's words, normalised (Whisper tiny.en sometimes hears "asked not": the words matter, not its grammar)
+JFK_PHRASE = re.compile(r"\bask(ed)? not what your country can do for you\b")
 
 needs_shared = pytest.mark.skipif(not WHISPER_TINY_EN.is_dir(), reason=f"shared assets not found at {SHARED}")
 

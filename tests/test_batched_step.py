@@ -39,7 +39,7 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> WhisperModel:
     directory = make_checkpoint(tmp_path_factory.mktemp("batched") / "tiny", 51864)
-    return load_model(str(directory), window="audio")
+    return load_model(str(directory), window="audio", window_min_ms=0)
 
 
 def tone(seconds: float, freq: float) -> np.ndarray:
@@ -186,7 +186,7 @@ def greedy(model: WhisperModel, streams: Sequence[tuple[Encoded, list[int]]], ba
 
 @pytest.mark.real
 def test_step_many_greedy_equals_single_stream_greedy_on_real_speech() -> None:
-    model = load_model(str(WHISPER_TINY_EN), window="audio")
+    model = load_model(str(WHISPER_TINY_EN), window="audio", window_min_ms=0)
     fleurs = next(path for uid, path, _ in english_items() if uid == "fleurs-en-001")
     jfk, other = load_audio(JFK), load_audio(fleurs)
     assert len(jfk) != len(other)

@@ -12,6 +12,7 @@ import torch
 
 from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.evaluation.quality import normalize_for_wer
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
 from simulst.streaming.batching import Batcher, SerialRunner
@@ -60,7 +61,7 @@ def test_batched_streams_equal_streams_alone(model: WhisperModel, audios: list[n
     batcher = Batcher(model, max_streams=4)
     together = decode_in_rounds(batcher, model, audios, options)
     assert together == alone
-    assert "fellow americans ask not" in alone[0].lower()
+    assert "my fellow americans ask not" in normalize_for_wer(alone[0])  # the first 5 s of jfk
     stats = batcher.stats
     assert stats.largest["encode"] == 3 and stats.calls["encode"] > stats.batches["encode"]  # one encoder call
     for kind in ("judge", "start", "step"):  # the decoder passes of streams together

@@ -32,8 +32,10 @@ def jfk() -> np.ndarray:
     return load_audio(JFK)
 
 
-def stream(model: WhisperModel, audio: np.ndarray, search: str, chunk_ms: float) -> tuple[Session, list[Emission]]:
-    options = StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse("la-2"), search=SearchOptions(search, 5))
+def stream(model: WhisperModel, audio: np.ndarray, search: str, chunk_ms: float,
+           **options_: float) -> tuple[Session, list[Emission]]:
+    options = StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse("la-2"), search=SearchOptions(search, 5),
+                            **options_)
     session = Session(model, options)
     out: list[Emission] = []
     for pos in range(0, audio.shape[0], session.chunk_samples):
@@ -52,7 +54,8 @@ def offline(model: WhisperModel, jfk: np.ndarray) -> tuple[Hypothesis, Costs]:
 @pytest.mark.parametrize("search", BLOCKWISE)
 def test_one_final_chunk_equals_offline_beam_search(model: WhisperModel, jfk: np.ndarray,
                                                     offline: tuple[Hypothesis, Costs], search: str) -> None:
-    session, emissions = stream(model, jfk, search, 60_000.0)
+    # (the whole source in the audio buffer: no segment cut at 5 s)
+    session, emissions = stream(model, jfk, search, 60_000.0, segment_s=30.0, max_buffer_s=30.0)
     [emission] = emissions
     best, costs = offline
     assert emission.tokens == best.tokens

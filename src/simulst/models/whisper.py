@@ -28,13 +28,15 @@ import torch
 
 from simulst.config import PRECISIONS, TASKS, WINDOWS, ModelOptions
 from simulst.errors import ModelLoadError, OptionError
-from simulst.models.base import Encoded
+from simulst.models.base import Ahead, Encoded
 from simulst.models.ctc_head import CtcHead
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.timing import token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
 from simulst.models.whisper_net import KV, Groups, WhisperNet
 from simulst.types import Costs
+
+_DEFAULTS = ModelOptions()
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,12 @@ class WhisperModel:
             padding Whisper, trained on padded 30 s windows, often misses the end of short audio and loops
             ("and so and so ..."); a few seconds of padding restore the end-of-speech cue (bench/ measures it).
         window_pad_ms: silence appended to the audio window.
+        window_min_ms: the shortest audio window (padded with silence up to it): Whisper hallucinates at the end
+            of much shorter windows even with padding.
         precision: ``fp32``, or ``int8``: the decoder's weights quantised to int8 (dynamic, per channel), which
             makes a CPU decoder step markedly faster (it is memory-bound); the encoder stays fp32.
+        screen_vocabulary: with ``fp32`` on the CPU, screen the vocabulary projection in int8 and score the best
+            tokens of each row exactly (:meth:`WhisperNet.screen_vocabulary`).
         device: torch device.
 
     Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
@@ -118,10 +124,12 @@ class WhisperModel:
         config: dict[str, Any],
         language: str | None = None,
         task: str = "transcribe",
-        window: str = "full",
-        window_pad_ms: float = 4000.0,
-        precision: str = "fp32",
-        device: str = "cpu",
+        window: str = _DEFAULTS.window,
+        window_pad_ms: float = _DEFAULTS.window_pad_ms,
+        precision: str = _DEFAULTS.precision,
+        device: str = _DEFAULTS.device,
+        window_min_ms: float = _DEFAULTS.window_min_ms,
+        screen_vocabulary: bool = _DEFAULTS.screen_vocabulary,
     ) -> None:
         if window not in WINDOWS:
             raise OptionError(f"unknown encoder window {window!r}; choose one of {', '.join(WINDOWS)}")
@@ -134,6 +142,8 @@ class WhisperModel:
             if self.device.type != "cpu":
                 raise OptionError("int8 precision runs on the CPU only (use --device cpu)")
             net.quantize_int8()
+        elif screen_vocabulary and self.device.type == "cpu" and net.model.decoder.screen is None:
+            net.screen_vocabulary()  # the exact top tokens at a fifth of the projection's cost
         self.precision = precision
         self.net = net.to(self.device).eval()
         self.dims = net.dims
@@ -141,7 +151,10 @@ class WhisperModel:
         self.window = window
         if window_pad_ms < 0:
             raise OptionError(f"window padding must be >= 0 ms, got {window_pad_ms}")
+        if window_min_ms < 0:
+            raise OptionError(f"the shortest window must be >= 0 ms, got {window_min_ms}")
         self.window_pad_samples = round(window_pad_ms * SAMPLE_RATE / 1000)
+        self.window_min_samples = round(window_min_ms * SAMPLE_RATE / 1000)
         self.eos_id = int(config.get("eos_token_id", tokenizer.eos_id))
         self.vocab_size = self.dims.vocab_size
         self.multilingual = self.vocab_size >= 51865
@@ -168,7 +181,8 @@ class WhisperModel:
         self._alignment_by_layer: dict[int, list[int]] = {}
         for layer, head in self.alignment_heads:
             self._alignment_by_layer.setdefault(layer, []).append(head)
-        self.options = ModelOptions(None, device, language, task, window, window_pad_ms, precision)
+        self.options = ModelOptions(None, device, language, task, window, window_pad_ms, window_min_ms, precision,
+                                    screen_vocabulary=screen_vocabulary and precision == "fp32")
         self.frame_samples = 2 * HOP_LENGTH  # audio samples per encoder frame (20 ms)
         self.max_source_samples = self.dims.max_source_positions * self.frame_samples
         self.max_length = self.dims.max_target_positions // 2
@@ -230,12 +244,16 @@ class WhisperModel:
     def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
         """P(``<|nospeech|>``) right after ``<|startoftranscript|>``: openai/whisper's ``no_speech_prob``, the
         model's own judgement that the window holds no speech (one one-token decoder pass)."""
-        return float(torch.softmax(self._after_start_token(enc, costs).float(), dim=-1)[self.no_speech_id])
+        return self._no_speech(self._after_start_token(enc, costs))
 
     def no_speech_many(self, encs: Sequence[Encoded], costs: Sequence[Costs]) -> list[float]:
         """:meth:`no_speech_prob` of several streams' encodings in ONE decoder call."""
         passes = self.prefill_many([enc.extra for enc in encs], [[self.sot_id]] * len(encs), costs)
-        return [float(torch.softmax(logits.float(), dim=-1)[self.no_speech_id]) for logits, _ in passes]
+        return [self._no_speech(logits[-1]) for logits, _ in passes]
+
+    def _no_speech(self, logits: torch.Tensor) -> float:
+        """P(``<|nospeech|>``) from the (V,) raw logits after the start token."""
+        return float(torch.softmax(logits.float(), dim=-1)[self.no_speech_id])
 
     def _after_start_token(self, enc: Encoded, costs: Costs) -> torch.Tensor:
         """(V,) raw logits of the token after ``<|startoftranscript|>`` (one one-token decoder pass)."""
@@ -253,7 +271,7 @@ class WhisperModel:
         ``costs`` (each stream counts its own frames). Equal to separate calls up to float rounding."""
         if len(audios) != len(costs):
             raise ValueError(f"encode_many needs one Costs per audio, got {len(audios)} and {len(costs)}")
-        windows = [self._window_frames(int(audio.shape[0])) for audio in audios]
+        windows = [self.window_frames(int(audio.shape[0])) for audio in audios]
         out: list[Encoded | None] = [None] * len(audios)
         for n_frames in dict.fromkeys(windows):
             members = [i for i, w in enumerate(windows) if w == n_frames]
@@ -272,12 +290,15 @@ class WhisperModel:
                 out[i] = self._encoded(frames[row : row + 1], int(audios[i].shape[0]), own)
         return [enc for enc in out if enc is not None]
 
-    def _window_frames(self, samples: int) -> int:
-        """Mel frames of the encoder window for ``samples`` of audio."""
+    def window_frames(self, samples: int, window: str | None = None) -> int:
+        """Mel frames of the encoder window (``window``: ``full`` or ``audio``; None: the model's) for ``samples``
+        of audio."""
+        window = window or self.window
         full = 2 * self.dims.max_source_positions
-        # "audio": the frames of the audio read plus the padding, rounded up to even (conv2 has stride 2).
-        padded = samples + self.window_pad_samples
-        return full if self.window == "full" else min(full, max(2, 2 * math.ceil(padded / HOP_LENGTH / 2)))
+        # "audio": the frames of the audio read plus the padding (at least the shortest window), rounded up to
+        # even (conv2 has stride 2)
+        padded = max(samples + self.window_pad_samples, self.window_min_samples)
+        return full if window == "full" else min(full, max(2, 2 * math.ceil(padded / HOP_LENGTH / 2)))
 
     def _encoded(self, frames: torch.Tensor, samples: int, cross: list[KV]) -> Encoded:
         if self.ctc_head is None:
@@ -359,16 +380,61 @@ class WhisperModel:
     ) -> list[tuple[torch.Tensor, WhisperState]]:
         """:meth:`start` of several streams (each its own encoding, prompt and prefix; no alignment tracking) in
         ONE decoder call (:meth:`prefill_many`)."""
-        sequences = [[*prompt, *prefix] for prompt, prefix in zip(prompts, prefixes, strict=True)]
-        passes = self.prefill_many([enc.extra for enc in encs], sequences, costs)
-        return [(self._log_probs(logits, first=len(prefix) == 0), WhisperState(cache, enc.extra, len(sequence)))
-                for (logits, cache), enc, prefix, sequence in zip(passes, encs, prefixes, sequences, strict=True)]
+        return [(ahead.logp[0], ahead.state) for ahead in self.start_ahead_many(encs, prefixes, [()] * len(encs),
+                                                                                costs, prompts)]
+
+    def start_ahead(
+        self, enc: Encoded, prefix: Sequence[int], draft: Sequence[int], costs: Costs, prompt: Sequence[int],
+        judge: bool = False,
+    ) -> Ahead:
+        """Force-decode prompt + ``prefix`` + ``draft`` in one parallel pass: the (k + 1, V) next-token log-probs
+        after the prefix and after each draft token, the state after the whole draft, and with ``judge`` P(no
+        speech) at the prompt's start token (openai/whisper reads ``no_speech_prob`` there, in the pass that
+        decodes). The draft costs no extra pass: a decoder pass streams the same weights for one position or
+        thirty (:class:`~simulst.models.base.AheadDecoder`)."""
+        return self.start_ahead_many([enc], [prefix], [draft], [costs], [prompt], [judge])[0]
+
+    def start_ahead_many(
+        self, encs: Sequence[Encoded], prefixes: Sequence[Sequence[int]], drafts: Sequence[Sequence[int]],
+        costs: Sequence[Costs], prompts: Sequence[Sequence[int]], judges: Sequence[bool] | None = None,
+    ) -> list[Ahead]:
+        """:meth:`start_ahead` of several streams in ONE decoder call (:meth:`prefill_many`)."""
+        judges = judges or [False] * len(encs)
+        sequences, picks = [], []
+        for prompt, prefix, draft, judge in zip(prompts, prefixes, drafts, judges, strict=True):
+            sequence = [*prompt, *prefix, *draft]
+            after_prefix = len(prompt) + len(prefix) - 1  # the position that predicts the token after the prefix
+            start = [len(prompt) - 1 - list(reversed(prompt)).index(self.sot_id)] if judge else []
+            sequences.append(sequence)
+            picks.append([*start, *range(after_prefix, len(sequence))])
+        passes = self.prefill_many([enc.extra for enc in encs], sequences, costs, picks)
+        out = []
+        for (logits, cache), enc, prefix, sequence, judge in zip(passes, encs, prefixes, sequences, judges,
+                                                                 strict=True):
+            no_speech = self._no_speech(logits[0]) if judge else None
+            rows = logits[1:] if judge else logits
+            logp = self._log_probs(rows, first=False)
+            if not prefix:  # (the first output position suppresses more)
+                logp[0] = self._log_probs(rows[0], first=True)
+            out.append(Ahead(logp, WhisperState(cache, enc.extra, len(sequence)), no_speech))
+        return out
+
+    def rewind(self, state: WhisperState, n: int) -> WhisperState:
+        """The state without its last ``n`` positions (a draft's rejected tokens)."""
+        if n == 0:
+            return state
+        if not 0 < n < state.length or state.alignment is not None:
+            raise ValueError(f"cannot rewind {n} of {state.length} positions of this state")
+        keep = state.length - n
+        return WhisperState([(k[:, :, :keep], v[:, :, :keep]) for k, v in state.cache], state.cross, keep)
 
     def prefill_many(
         self, crosses: Sequence[list[KV]], sequences: Sequence[Sequence[int]], costs: Sequence[Costs],
+        picks: Sequence[Sequence[int]] | None = None,
     ) -> list[tuple[torch.Tensor, list[KV]]]:
         """Force-decode one token sequence per stream (over that stream's cross keys/values) in ONE decoder
-        forward; per stream the raw (V,) logits after its last token and its self-attention cache.
+        forward; per stream the raw (P, V) logits at its ``picks`` positions (default: after its last token,
+        P = 1) and its self-attention cache.
 
         The sequences are right-padded to the longest: under the causal mask a position never attends to the
         ones after it, so each stream's real positions compute what they compute alone; the cross keys/values
@@ -378,18 +444,23 @@ class WhisperModel:
         if not len(crosses) == len(sequences) == len(costs) or not sequences or not all(sequences):
             raise ValueError("prefill_many needs one cross, non-empty token sequence and Costs per stream")
         lengths = [len(sequence) for sequence in sequences]
-        lmax = max(lengths)
+        picks = picks or [[length - 1] for length in lengths]
+        if len(picks) != len(sequences) or not all(picks) or any(
+                not 0 <= p < length for row, length in zip(picks, lengths, strict=True) for p in row):
+            raise ValueError("prefill_many needs, per stream, positions within its sequence to project")
+        lmax, pmax = max(lengths), max(len(row) for row in picks)
         rows = [[*sequence, *[self.eos_id] * (lmax - len(sequence))] for sequence in sequences]
         tokens = torch.tensor(rows, dtype=torch.long, device=self.device)
-        pick = torch.tensor([length - 1 for length in lengths], dtype=torch.long, device=self.device)
+        pick = torch.tensor([[*row, *[row[-1]] * (pmax - len(row))] for row in picks], dtype=torch.long,
+                            device=self.device)
         stacked, mask = self._stack_cross(crosses)
         with torch.inference_mode():
             logits, cache = self.net.model.decoder(tokens, 0, None, stacked, cross_mask=mask, pick=pick)
         costs[0].decoder_calls += 1
         for stream_costs, length in zip(costs, lengths, strict=True):
             stream_costs.decoder_positions += length
-        return [(logits[i, -1], [(k[i : i + 1, :, :length], v[i : i + 1, :, :length]) for k, v in cache])
-                for i, length in enumerate(lengths)]
+        return [(logits[i, : len(row)], [(k[i : i + 1, :, :length], v[i : i + 1, :, :length]) for k, v in cache])
+                for i, (length, row) in enumerate(zip(lengths, picks, strict=True))]
 
     def expand(self, state: WhisperState, batch: int) -> WhisperState:
         """``batch`` copies of a one-hypothesis state (views, no copy)."""

@@ -24,6 +24,11 @@ class Query:
         max_new_tokens: the most tokens searched after the prefix.
         final: True when the source has ended (every searcher then decodes as offline).
         prompt: the decoder prompt pinned for the stream (None: the model's own, e.g. detected per encoding).
+        draft: a guess at the tokens after the prefix (the previous chunk's hypothesis): a searcher that can
+            checks it in its forced pass (:class:`~simulst.models.base.AheadDecoder`) - the same hypotheses in
+            fewer decoder passes. Others ignore it.
+        no_speech_threshold: for a searcher that :meth:`~Searcher.judges_speech`: when the model judges the
+            encoding to hold no speech with a higher probability, it returns no hypotheses (None: no judging).
     """
 
     enc: Encoded
@@ -31,6 +36,8 @@ class Query:
     max_new_tokens: int
     final: bool = False
     prompt: tuple[int, ...] | None = None
+    draft: tuple[int, ...] = ()
+    no_speech_threshold: float | None = None
 
 
 @dataclass
@@ -56,5 +63,11 @@ class Searcher(ABC):
 
     @abstractmethod
     def search(self, model: DecoderModel, query: Query, state: SearchState, costs: Costs) -> list[Hypothesis]:
-        """Hypotheses (best first, at least one) that start with ``query.prefix``."""
+        """Hypotheses (best first, at least one) that start with ``query.prefix``; none when the searcher judges
+        the speech (:meth:`judges_speech`) and the encoding holds none."""
+
+    def judges_speech(self, model: DecoderModel) -> bool:
+        """True when this searcher applies ``Query.no_speech_threshold`` with ``model`` in its own forced pass (the
+        stream then needs no separate no-speech pass)."""
+        return False
 

@@ -12,8 +12,10 @@ policy's end test, :mod:`simulst.search.ctc_end`, §2.3), never on the final chu
 
 from __future__ import annotations
 
+import torch
+
 from simulst.errors import OptionError
-from simulst.models.base import AlignedDecoder, DecoderModel
+from simulst.models.base import Ahead, AheadDecoder, AlignedDecoder, DecoderModel
 from simulst.search.base import Query, Searcher, SearchState
 from simulst.search.core import Beam, BeamRule, Scores, expand
 from simulst.search.joint import JointCtcScores
@@ -49,20 +51,54 @@ class BeamSearch(Searcher):
         """Only a stop rule (asked before the source ends) makes the final chunk search differently."""
         return self.stop is not None
 
+    def judges_speech(self, model: DecoderModel) -> bool:
+        """With a model that judges the speech in its forced pass (Whisper), unless the stop rule needs the
+        alignment-tracking pass (AlignAtt)."""
+        return isinstance(model, AheadDecoder) and not (self.stop is not None and self.stop.needs_alignment)
+
     def search(self, model: DecoderModel, query: Query, state: SearchState, costs: Costs) -> list[Hypothesis]:
         prefix = query.prefix
         if query.max_new_tokens <= 0:
             return [Hypothesis(prefix, 0.0, False)]
         check = None if self.stop is None or query.final else self.stop.start(model, query.enc, prefix, costs)
+        beam = Beam(prefix)
+        drafting = self.beam == 1 and check is None and self.ctc_weight == 0 and bool(query.draft)
         if check is not None and self.stop is not None and self.stop.needs_alignment:
             if not isinstance(model, AlignedDecoder):
                 raise OptionError("this stop rule needs a decoder that reports its cross-attention (Whisper)")
             logp, decoder = model.start(query.enc, prefix, costs, prompt=query.prompt, alignment=True)
+        elif isinstance(model, AheadDecoder) and (drafting or query.no_speech_threshold is not None):
+            draft = query.draft[: query.max_new_tokens - 1] if drafting else ()
+            prompt = query.prompt if query.prompt is not None else model.prompt(query.enc, costs)
+            judge = query.no_speech_threshold is not None
+            ahead = model.start_ahead(query.enc, prefix, draft, costs, prompt, judge=judge)
+            if query.no_speech_threshold is not None and (ahead.no_speech or 0.0) > query.no_speech_threshold:
+                costs.count("no_speech_skips")
+                return []
+            beam, logp, decoder = accept_draft(model, ahead, beam, draft)
         else:
             logp, decoder = model.start(query.enc, prefix, costs, prompt=query.prompt)
         scores: Scores | None = None
         if self.ctc_weight > 0:
             scores = JointCtcScores(model, query.enc, prefix, self.ctc_weight, self.pre_beam)
         rule = BeamRule(self.beam, self.length_penalty, check)
-        beams = expand(model, decoder, [Beam(prefix)], logp.unsqueeze(0), query.max_new_tokens, costs, rule, scores)
+        budget = query.max_new_tokens - (len(beam.tokens) - len(prefix))
+        beams = expand(model, decoder, [beam], logp.unsqueeze(0), budget, costs, rule, scores)
         return [b.hypothesis() for b in beams]
+
+
+def accept_draft(model: AheadDecoder, ahead: Ahead, beam: Beam, draft: tuple[int, ...]) -> tuple[Beam, torch.Tensor,
+                                                                                                object]:
+    """Greedy search's check of a draft scored in the forced pass (``ahead``): the draft tokens that are the
+    greedy choices in turn are taken, up to the first that is not. Returns ``beam`` extended by them (scored as a
+    step-by-step search scores them), the (V,) log-probs after them and the decoder state there (the rest of the
+    draft rewound)."""
+    choices = ahead.logp.argmax(dim=-1).tolist()
+    taken = 0
+    while taken < len(draft) and choices[taken] == draft[taken]:
+        taken += 1
+    score = torch.zeros((), dtype=ahead.logp.dtype)
+    for i in range(taken):  # cumulative float scores, added as the search core adds them
+        score = score + ahead.logp[i, draft[i]]
+        beam = beam.extend(draft[i], float(score), model.eos_id)
+    return beam, ahead.logp[taken], model.rewind(ahead.state, len(draft) - taken)

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import torch
 
-from simulst.models.base import Encoded, SpeechModel
+from simulst.models.base import Ahead, Encoded, SpeechModel
 from simulst.models.whisper import CrossBatch, WhisperModel, WhisperState
 from simulst.types import Costs
 
@@ -287,13 +287,13 @@ class Batcher:
             return [self.model.no_speech_prob(*calls[0].args)]
         return self.model.no_speech_many([c.args[0] for c in calls], [c.args[1] for c in calls])
 
-    def _start_batch(self, calls: list[_Call]) -> list[tuple[torch.Tensor, WhisperState]]:
+    def _start_batch(self, calls: list[_Call]) -> list[Ahead]:
         self.stats.count("start", len(calls))
         if len(calls) == 1:
-            enc, prefix, costs, prompt = calls[0].args
-            return [self.model.start(enc, prefix, costs, prompt)]
-        encs, prefixes, costs, prompts = (list(column) for column in zip(*(c.args for c in calls), strict=True))
-        return self.model.start_many(encs, prefixes, costs, prompts)
+            return [self.model.start_ahead(*calls[0].args)]
+        encs, prefixes, drafts, costs, prompts, judges = (list(column)
+                                                          for column in zip(*(c.args for c in calls), strict=True))
+        return self.model.start_ahead_many(encs, prefixes, drafts, costs, prompts, judges)
 
     def _step_batch(self, calls: list[_Call]) -> list[tuple[torch.Tensor, WhisperState]]:
         plain = [c for c in calls if c.args[0].alignment is None]  # AlignAtt's states step alone
@@ -337,8 +337,15 @@ class _BatchedWhisper(WhisperModel):
         if alignment:
             return super().start(enc, prefix, costs, prompt, alignment)
         prompt = self.prompt(enc, costs) if prompt is None else prompt  # (this variant's language and task)
-        result: tuple[torch.Tensor, WhisperState] = self.batcher.call("start", enc, tuple(prefix), costs,
-                                                                      tuple(prompt))
+        ahead = self.start_ahead(enc, prefix, (), costs, prompt)
+        return ahead.logp[0], ahead.state
+
+    def start_ahead(
+        self, enc: Encoded, prefix: Sequence[int], draft: Sequence[int], costs: Costs, prompt: Sequence[int],
+        judge: bool = False,
+    ) -> Ahead:
+        """Force-decoded (draft and judgement included) in the batcher's next prefix batch."""
+        result: Ahead = self.batcher.call("start", enc, tuple(prefix), tuple(draft), costs, tuple(prompt), judge)
         return result
 
     def step(self, state: WhisperState, tokens: torch.Tensor, costs: Costs) -> tuple[torch.Tensor, WhisperState]:

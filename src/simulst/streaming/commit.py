@@ -118,6 +118,8 @@ def target_tokens(
 LOOP_MAX_NGRAM = 16  # tokens: the longest n-gram checked for immediate repetition
 LOOP_SPAN = 12  # tokens: a span said a third time ...
 LOOP_LOOKBACK = 100  # ... within this many tokens of its first time is a loop
+COPY_SPAN = 6  # tokens: a span said a second time ...
+COPY_LOOKBACK = 60  # ... within this many tokens of its first time (about 15 s of speech) is a loop
 
 
 def loop_free_length(tokens: Sequence[int], start: int) -> int:
@@ -125,11 +127,15 @@ def loop_free_length(tokens: Sequence[int], start: int) -> int:
     against Whisper's "however, however, however, ..." and a sentence said again and again.
 
     A loop is an n-gram of 1-3 tokens following itself more than 3 times in a row, a longer one (up to 16 tokens)
-    more than twice, or a span of 12 tokens said a third time within 100 tokens (a sentence repeated with small
-    changes in between). Twice is allowed: a speaker may repeat himself, and a copy begun inside the committed
-    output could otherwise never be finished. The cut comes where the extra copy starts; tokens before ``start``
-    (committed already) are never cut, though they count as what came before."""
+    more than twice, a span of 12 tokens said a third time within 100 tokens (a sentence repeated with small
+    changes in between), or a span of 6 tokens said again within 60 tokens: Whisper reading the audio of a
+    sentence it has transcribed a second time ("... the chemical is. The cabbage juice changes color ..."), which
+    speakers seldom do word for word within a few seconds. The cut comes where the extra copy starts; tokens before
+    ``start`` (committed already) are never cut, though they count as what came before. (A copy begun inside the
+    committed output is not finished; the stream trims its buffer behind the committed text, so the model stops
+    reading that audio again: :class:`~simulst.streaming.session.Session`.)"""
     seen: dict[tuple[int, ...], list[int]] = {}  # span -> where it started
+    recent: dict[tuple[int, ...], int] = {}  # COPY_SPAN span -> where it last started
     first = max(0, start - LOOP_LOOKBACK)
     for end in range(first + 1, len(tokens) + 1):
         if end > start:
@@ -147,6 +153,13 @@ def loop_free_length(tokens: Sequence[int], start: int) -> int:
             earlier = [o for o in seen.get(tuple(tokens[copy:end]), ()) if copy - o <= LOOP_LOOKBACK]
             if len(earlier) >= 2 and earlier[-1] - earlier[0] >= LOOP_SPAN:
                 return max(start, copy)
+        if end - 2 * COPY_SPAN >= first:
+            recent[tuple(tokens[end - 2 * COPY_SPAN : end - COPY_SPAN])] = end - 2 * COPY_SPAN
+        again = end - COPY_SPAN
+        if end > start and again >= first:
+            before = recent.get(tuple(tokens[again:end]))
+            if before is not None and again - before <= COPY_LOOKBACK:
+                return max(start, again)
     return len(tokens)
 
 

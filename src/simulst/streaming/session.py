@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulst.audio.io import check_audio, is_silent
+from simulst.audio.level import normalize_level
 from simulst.audio.vad import VoiceActivity, VoiceEvent
 from simulst.config import StreamOptions
 from simulst.errors import AudioError
@@ -129,7 +130,10 @@ class Session(OutputView):
         self.context = PolicyContext(model.tokenizer)
         rate = model.sample_rate
         self.chunk_samples = max(1, round(self.options.chunk_ms * rate / 1000))
-        self.max_buffer = min(model.max_source_samples, round(self.options.max_buffer_s * rate))
+        # a policy that commits only at the end (offline) decodes whole windows: its buffer is the model's window
+        self.max_buffer = model.max_source_samples
+        if self.policy.commits_early:
+            self.max_buffer = min(self.max_buffer, round(self.options.max_buffer_s * rate))
         self.segment_samples = min(self.max_buffer, round(self.options.segment_s * rate))
         first = self.options.initial_wait_ms or self.options.chunk_ms
         self.state = StreamState(np.zeros(rate * 4, dtype=np.float32), next_decode=max(1, round(first * rate / 1000)))
@@ -207,11 +211,14 @@ class Session(OutputView):
             if boundary <= st.offset or (self.vad is not None and not st.speech_in_buffer):
                 continue  # audio committed and dropped already (a VAD segment end), or silence: no decoding
             decoded = self._decode(boundary - st.offset, final=False)
+            cuts = st.costs.extra.get("loop_cuts", 0)
             emission = self._commit(decoded, final=False)
             if emission is not None:
                 out.append(emission)
-            if boundary - st.offset > self.segment_samples:
-                self._trim(decoded, boundary - st.offset)
+            # a loop cut: the model reads committed audio again - trim it away now (else once the buffer is long)
+            eager = st.costs.extra.get("loop_cuts", 0) > cuts
+            if eager or boundary - st.offset > self.segment_samples:
+                self._trim(decoded, boundary - st.offset, eager)
         return out
 
     def _decode(self, samples: int, final: bool, guarded: bool | None = None, sure_only: bool = True) -> Decoded:
@@ -277,9 +284,12 @@ class Session(OutputView):
 
     def _search(self, audio: np.ndarray, final: bool, guarded: bool) -> Decoded:
         st = self.state
-        enc = self.model.encode(audio, st.costs)
+        enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), st.costs)
         read = st.offset + audio.shape[0]
-        if guarded and self._judged_silent(enc):
+        # a searcher that judges the speech in its forced pass needs no pass of its own (once the prompt is
+        # pinned: a multilingual model detects the language only in audio judged to hold speech)
+        judged = guarded and st.prompt is not None and self.searcher.judges_speech(self.model)
+        if guarded and not judged and self._judged_silent(enc):
             return Decoded(read, [], enc)
         if st.prompt is None:  # fixed once per stream: a multilingual model detects the language here
             st.prompt = tuple(self.model.prompt(enc, st.costs))
@@ -292,14 +302,29 @@ class Session(OutputView):
         budget = self.options.search.max_new_tokens or math.ceil(seconds * self.options.search.max_tokens_per_s + 10)
         prefix = tuple(st.output.committed[st.base :])
         max_new = min(budget, self.model.max_length - len(prefix))
-        hyps = self.searcher.search(self.model, Query(enc, prefix, max_new, final, prompt), st.search, st.costs)
+        query = Query(enc, prefix, max_new, final, prompt, draft=self._draft(),
+                      no_speech_threshold=self.options.no_speech_threshold if judged else None)
+        hyps = self.searcher.search(self.model, query, st.search, st.costs)
+        if not hyps:  # (the searcher judged the encoding to hold no speech)
+            return Decoded(read, [], enc, prompt)
         if before:  # the policies and the commit path see whole outputs
             hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
         return Decoded(read, hyps, enc, prompt)
 
+    def _draft(self) -> tuple[int, ...]:
+        """What the last decode's best hypothesis had after the committed output (the searcher's draft)."""
+        st = self.state
+        if not self.options.search.draft or not st.last_hyps:
+            return ()
+        best, committed = st.last_hyps[0].tokens, st.output.committed
+        if len(best) <= len(committed) or list(best[: len(committed)]) != committed:
+            return ()
+        return tuple(best[len(committed) :])
+
     # ------------------------------------------------------------------------------------ long-form
-    def _trim(self, decoded: Decoded, samples: int) -> None:
-        """Trim the buffer behind the last committed sentence end (full buffer: the last committed word)."""
+    def _trim(self, decoded: Decoded, samples: int, eager: bool = False) -> None:
+        """Trim the buffer behind the last committed sentence end (full buffer: the last committed word); ``eager``:
+        however little audio follows it."""
         st = self.state
         committed = st.output.committed
         in_buffer = committed[st.base :]
@@ -319,18 +344,36 @@ class Session(OutputView):
         starts = self.model.token_starts(decoded.enc, decoded.prompt, best, st.costs)
         cut = min(samples, starts[last + 1] * self.model.frame_samples)
         full = samples + self.chunk_samples > self.max_buffer
-        if cut <= 0 or (not full and samples - cut < MIN_TAIL_S * self.model.sample_rate):
+        if cut <= 0 or (not full and not eager and samples - cut < MIN_TAIL_S * self.model.sample_rate):
             return  # (a short tail, often the pause after the sentence, invites hallucinations: trim later)
         self._drop(cut, st.base + last + 1)
 
     def _empty_buffer(self) -> list[Emission]:
-        """The buffer is full and could not be trimmed: commit its best hypothesis whole, then empty it."""
+        """The buffer is full and could not be trimmed: commit its best hypothesis whole, then drop the audio it
+        covers - up to where the text ends, which the model's token timing locates (Whisper without timestamps may
+        end a long window's text early: the rest of the audio stays for the next decode, as openai/whisper seeks
+        to its last timestamp), or the whole buffer."""
         st = self.state
-        emission = self._commit(self._decode(st.samples, final=True, guarded=True), final=False, whole=True)
+        decoded = self._decode(st.samples, final=True, guarded=True)
+        emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("segment_commits")
-        self._drop(st.samples, len(st.output.committed))
-        st.speech_in_buffer = self.vad is not None and self.vad.speaking
+        cut = self._text_end(decoded)
+        if cut is None or cut < MIN_TAIL_S * self.model.sample_rate or st.samples - cut < self.chunk_samples:
+            cut = st.samples  # (too little left, or too little read: the whole buffer, so the stream goes on)
+        self._drop(cut, len(st.output.committed))
+        st.speech_in_buffer = cut < st.samples or (self.vad is not None and self.vad.speaking)
         return [] if emission is None else [emission]
+
+    def _text_end(self, decoded: Decoded) -> int | None:
+        """Buffer samples up to where the best hypothesis's text ends in the audio (None: no token timing)."""
+        st = self.state
+        if not decoded.hyps or decoded.enc is None or not isinstance(self.model, TokenTimer):
+            return None
+        tokens = decoded.hyps[0].tokens[st.base :]
+        if not tokens:
+            return None
+        starts = self.model.token_starts(decoded.enc, decoded.prompt, tokens, st.costs)
+        return int(starts[-1]) * self.model.frame_samples
 
     def _follow_voice(self, events: list[VoiceEvent]) -> list[Emission]:
         """VAD: a speech end commits the segment before it; silence with no speech in the buffer is dropped."""
