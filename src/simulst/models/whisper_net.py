@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -342,17 +342,9 @@ class WhisperNet(nn.Module):
         use VNNI kernels; activations stay float (quantised on the fly). The encoder, compute-bound on long
         windows, stays in float32.
         """
-        import warnings
-
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
         decoder = self.model.decoder
-        head = nn.Linear(self.dims.d_model, self.dims.vocab_size, bias=False)
-        head.weight = nn.Parameter(decoder.embed_tokens.weight.detach().clone(), requires_grad=False)
-        decoder.lm_head = head
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.ao's deprecation notices: the API works in torch 2.13
-            quantize_dynamic(decoder, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+        decoder.lm_head = self._embedding_head()
+        _int8_linears(decoder, inplace=True)
 
     def screen_vocabulary(self) -> None:
         """Project decoder states onto the vocabulary in two stages: an int8 copy of the token embedding E scores
@@ -367,18 +359,15 @@ class WhisperNet(nn.Module):
         enter only the softmax normaliser: log-probabilities move by 0.004 on average (at most 0.09 over 400 real
         decoder states, in the flattest distributions), and each row is quantised alike alone or batched.
         """
-        import warnings
-
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        decoder = self.model.decoder
-        head = nn.Linear(self.dims.d_model, self.dims.vocab_size, bias=False)
-        head.weight = nn.Parameter(decoder.embed_tokens.weight.detach().clone(), requires_grad=False)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.ao's deprecation notices: the API works in torch 2.13
-            quantized = quantize_dynamic(nn.Sequential(head), {nn.Linear: per_channel_dynamic_qconfig})
+        quantized: Any = _int8_linears(nn.Sequential(self._embedding_head()))
         # only the packed weights are kept (a plain attribute: not a parameter of the state dict)
-        decoder.screen = quantized[0]._packed_params._packed_params
+        self.model.decoder.screen = quantized[0]._packed_params._packed_params
+
+    def _embedding_head(self) -> nn.Linear:
+        """A linear output projection holding a copy of the tied token embedding (V, D), to be quantised."""
+        head = nn.Linear(self.dims.d_model, self.dims.vocab_size, bias=False)
+        head.weight = nn.Parameter(self.model.decoder.embed_tokens.weight.detach().clone(), requires_grad=False)
+        return head
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load transformers-named weights (``proj_out.weight`` is tied to the token embedding and dropped)."""
@@ -386,3 +375,14 @@ class WhisperNet(nn.Module):
         missing, unexpected = self.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise KeyError(f"Whisper weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def _int8_linears(module: nn.Module, inplace: bool = False) -> nn.Module:
+    """``module`` with its linear layers quantised to int8, dynamic and per output channel (torch.ao)."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notices: the API works in torch 2.13
+        return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, inplace=inplace)
