@@ -18,7 +18,7 @@ The capacity of a mode is the largest N whose mean AL_CA is at most ``--target-a
 ``bench/results/serve_load.md`` (+ ``.csv``). Run on a quiet machine (nothing else running):
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/serve_load.py [--clients 1,2,4,6,8,10] [--modes batched,serial]
-        [--server-args "--window audio --policy ctc"]
+        [--server-args "--policy ctc"]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Item, english_set, machine_note, markdown_table, write_csv, write_report
+from simulst.config import StreamOptions
 from simulst.evaluation.latency import average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.server.client import ClientResult, stream_audio
@@ -175,11 +176,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1,2,4,6,8,10")
     parser.add_argument("--modes", default="batched,serial")
-    parser.add_argument("--server-args", default="--window audio --policy ctc",
-                        help="model and stream options of both servers (default: the low-latency configuration "
-                             "of bench/results/performance.md, in fp32)")
+    parser.add_argument("--server-args", default="",
+                        help="model and stream options of both servers (default: none, the defaults)")
     parser.add_argument("--target-al", type=float, default=2.0, help="mean AL_CA bound of the capacity (s)")
-    parser.add_argument("--chunk-s", type=float, default=1.0, help="the servers' chunk (staggers the clients)")
+    parser.add_argument("--chunk-s", type=float, default=StreamOptions().chunk_ms / 1000.0,
+                        help="the servers' chunk (staggers the clients; default: the default chunk)")
     parser.add_argument("--out", default=str(RESULTS / "serve_load.md"))
     args = parser.parse_args()
     load_before = os.getloadavg()[0]

@@ -21,7 +21,7 @@ from simulst.streaming.feed import feed_fast
 from simulst.streaming.mt_stage import MTStage
 from simulst.streaming.session import Session
 from simulst.types import Costs
-from tests.shared_assets import DATA, JFK, needs_shared
+from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared
 from tests.test_cascade_mt_stage import ScriptedMT
 from tests.toy import ToySpeechModel
 
@@ -333,6 +333,59 @@ def test_silero_finds_the_six_utterances_of_the_talk() -> None:
     assert 6 <= kinds.count("start") <= 14  # six utterances (inner pauses of 0.5 s split some: 11 seen)
     samples = [e.sample for e in events]
     assert samples == sorted(samples) and samples[-1] <= audio.shape[0]
+
+
+@needs_shared
+def test_streams_share_the_vad_model_and_keep_their_own_state() -> None:
+    pytest.importorskip("silero_vad")
+    from simulst.audio.vad import VoiceActivity
+
+    first, second = load_audio(JFK), load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+
+    def alone(audio: np.ndarray) -> list[object]:
+        vad = VoiceActivity(16000)
+        return [e for pos in range(0, audio.shape[0], 1600) for e in vad.feed(audio[pos : pos + 1600])]
+
+    a, b = VoiceActivity(16000), VoiceActivity(16000)
+    assert a._iterator.model._model is b._iterator.model._model  # one model in the process
+    together_a: list[object] = []
+    together_b: list[object] = []
+    for pos in range(0, max(first.shape[0], second.shape[0]), 1600):  # interleaved, 100 ms each
+        together_a += a.feed(first[pos : pos + 1600])
+        together_b += b.feed(second[pos : pos + 1600])
+    assert together_a == alone(first) and together_b == alone(second)
+    assert together_a and together_b
+
+
+@needs_shared
+def test_holds_speech_on_real_pauses_and_speech() -> None:
+    pytest.importorskip("silero_vad")
+    from simulst.audio.vad import holds_speech
+
+    german = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+    assert not holds_speech(german[-int(3.4 * 16000) :])  # the pause after its last sentence (-43 dBFS)
+    assert holds_speech(german[-int(6.0 * 16000) :])  # ... and the sentence's end before it
+    assert holds_speech(load_audio(JFK)[-3 * 16000 :])  # "... for your country." (with the gain: any level)
+    assert holds_speech(0.003 * load_audio(JFK)[-3 * 16000 :])
+    assert not holds_speech(np.zeros(16000, dtype=np.float32))
+
+
+@pytest.mark.real
+@needs_shared
+def test_the_final_decode_of_a_trimmed_stream_skips_a_silent_tail() -> None:
+    from simulst.models.loading import load_model
+
+    model = load_model("whisper-tiny.en")
+    german = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+    jfk = load_audio(JFK)
+    with_pause = Session(model, StreamOptions())
+    with_pause.push(np.concatenate([jfk, german[-int(3.4 * 16000) :]]))  # jfk, then 3.4 s of room noise
+    assert with_pause.state.offset > 0 and with_pause.finish() == []
+    assert with_pause.costs.extra.get("silent_tail_skips") == 1
+    plain = Session(model, StreamOptions())
+    feed_fast(plain, jfk)  # its last buffer ends in speech: decoded as before
+    assert plain.state.offset > 0 and "silent_tail_skips" not in plain.costs.extra
+    assert JFK_PHRASE.search(normalize_for_wer(plain.text))
 
 
 def test_vad_options_are_checked() -> None:

@@ -166,7 +166,9 @@ class StreamOptions:
         no_speech_threshold: a non-final chunk whose encoding the model judges to hold no speech with a higher
             probability (Whisper's ``no_speech_prob``, openai/whisper's default threshold 0.6) is not searched and
             commits nothing - the guard against the early hallucinations ("Thank you.") of silence before the
-            speech and in pauses; None: off (every chunk is searched).
+            speech and in pauses; and at the end of a trimmed stream, what is left of the buffer is decoded only
+            when Silero VAD hears speech in it (the pause after the last sentence, lifted by ``normalize_peak``,
+            made Whisper invent a sentence). None: off (every chunk is searched, the end too).
         logprob_threshold: a non-final chunk whose best hypothesis adds tokens with a mean log-probability below
             this commits nothing (openai/whisper judges a decode with mean log-probability below -1 a failure;
             the hallucinations at the onset of speech score about -2); None: off.

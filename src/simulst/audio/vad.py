@@ -2,7 +2,7 @@
 
 A :class:`VoiceActivity` follows one stream: fed the stream's audio piece by piece, it reports where speech starts
 and where it ends (after a pause of at least ``pause_ms``), as sample positions since the stream began. The
-model keeps a recurrent state, so every stream has its own copy (2 MB; loading it takes milliseconds).
+model keeps a recurrent state: the process loads the model once and every stream keeps its own state.
 
 Silero misses quiet speech (on FLEURS recordings peaking at 0.005 of full scale its speech probability stays near
 0.01, where Whisper transcribes them well), so the VAD hears the audio through an automatic gain: each window is
@@ -12,9 +12,11 @@ silence stays silent).
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +26,70 @@ WINDOW = {16000: 512, 8000: 256}  # samples per Silero VAD call (32 ms)
 GAIN_TARGET = 0.5  # peak level the VAD hears
 GAIN_MAX = 100.0  # at most +40 dB
 GAIN_MEMORY_S = 1.0  # the gain follows the loudest peak of the last second
+
+
+_LOCK = threading.RLock()  # guards the one model (its load, and each stream's turn at it)
+_MODEL: list[Any] = []  # the process's Silero model, once loaded
+
+
+def _silero() -> Any:
+    """The process's one Silero VAD model (its ONNX export, on ONNX Runtime), loaded at the first call.
+
+    Why ONNX and one copy: the TorchScript model runs 50 to 100 times slower once a second copy has been loaded
+    in the process, or after some sequences of calls (30 ms to 100 ms per 32 ms window instead of 1 ms; torch
+    2.13, silero-vad 6.2), while the ONNX model runs every window in about 0.6 ms with the same probabilities (to
+    1e-6). The session holds no stream state: streams share it and each keeps its own (:class:`_StreamModel`).
+    """
+    with _LOCK:
+        if not _MODEL:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # its package-data notice
+                    _MODEL.append(_package().load_silero_vad(onnx=True))
+            except ImportError as exc:
+                raise ModelLoadError("voice activity detection needs onnxruntime (pip install onnxruntime)") from exc
+        return _MODEL[0]
+
+
+def _package() -> Any:
+    """The ``silero_vad`` package, imported without its side effect: its first import calls
+    ``torch.set_num_threads(1)`` for the whole process, and the models need their threads."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        import silero_vad
+    except ImportError as exc:
+        raise ModelLoadError("voice activity detection needs silero-vad (pip install silero-vad)") from exc
+    finally:
+        torch.set_num_threads(threads)
+    return silero_vad
+
+
+class _StreamModel:
+    """One stream's view of the shared Silero model: the wrapper's recurrent state (``_state``, ``_context`` and
+    what they were computed for) is swapped in for each of this stream's calls and saved after it."""
+
+    _SLOTS = ("_state", "_context", "_last_sr", "_last_batch_size")
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._saved: tuple[Any, ...] | None = None
+
+    def reset_states(self) -> None:
+        self._saved = None
+
+    def __call__(self, x: Any, sample_rate: int) -> Any:
+        model = self._model
+        with _LOCK:
+            if self._saved is None:
+                model.reset_states()
+            else:
+                for name, value in zip(self._SLOTS, self._saved, strict=True):
+                    setattr(model, name, value)
+            out = model(x, sample_rate)
+            self._saved = tuple(getattr(model, name) for name in self._SLOTS)
+        return out
 
 
 @dataclass(frozen=True)
@@ -58,20 +124,9 @@ class VoiceActivity:
             raise OptionError(f"the VAD pause must be >= 0 ms, got {pause_ms}")
         import torch
 
-        threads = torch.get_num_threads()
-        try:  # lazy: an optional dependency, loaded only by streams that use it
-            from silero_vad import VADIterator, load_silero_vad
-        except ImportError as exc:
-            raise ModelLoadError("voice activity detection needs silero-vad (pip install silero-vad)") from exc
-        finally:  # its first import sets torch.set_num_threads(1) for the whole process; the models need theirs
-            torch.set_num_threads(threads)
-
         self._torch = torch
         self.window = WINDOW[sample_rate]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # its package-data and torch.jit notices
-            model = load_silero_vad()
-        self._iterator = VADIterator(model, threshold=threshold, sampling_rate=sample_rate,
+        self._iterator = _package().VADIterator(_StreamModel(_silero()), threshold=threshold, sampling_rate=sample_rate,
                                      min_silence_duration_ms=int(pause_ms), speech_pad_ms=int(pad_ms))
         self._rest = np.zeros(0, dtype=np.float32)
         self._peaks: deque[float] = deque(maxlen=max(1, round(GAIN_MEMORY_S * sample_rate / self.window)))
@@ -95,3 +150,14 @@ class VoiceActivity:
                     events.append(VoiceEvent(kind, int(found[kind])))
         self._rest = buffer[whole:]
         return events
+
+
+def holds_speech(audio: np.ndarray, sample_rate: int = 16000, threshold: float = 0.5) -> bool:
+    """True when Silero VAD (through the same automatic gain) finds speech anywhere in ``audio``.
+
+    Raises:
+        ModelLoadError: ``silero-vad`` is not installed.
+        OptionError: a sample rate the model does not support, or a threshold outside (0, 1).
+    """
+    vad = VoiceActivity(sample_rate, threshold)
+    return any(event.kind == "start" for event in vad.feed(audio)) or vad.speaking

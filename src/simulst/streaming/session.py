@@ -31,7 +31,8 @@ import numpy as np
 
 from simulst.audio.io import check_audio, is_silent
 from simulst.audio.level import normalize_level
-from simulst.audio.vad import VoiceActivity, VoiceEvent
+from simulst.audio.vad import WINDOW as VAD_RATES
+from simulst.audio.vad import VoiceActivity, VoiceEvent, holds_speech
 from simulst.config import StreamOptions
 from simulst.errors import AudioError
 from simulst.models.base import Encoded, PreviousTextPrompter, SpeechJudge, SpeechModel, TokenTimer
@@ -168,7 +169,10 @@ class Session(OutputView):
             pos += piece.shape[0]
             self._append(piece)
             if self.vad is not None:
-                out += self._follow_voice(self.vad.feed(piece))
+                start = time.perf_counter()
+                events = self.vad.feed(piece)
+                st.costs.compute_s += time.perf_counter() - start
+                out += self._follow_voice(events)
             out += self._decode_due()
         return out
 
@@ -180,8 +184,11 @@ class Session(OutputView):
         st.finished = True
         if self.vad is not None and not st.speech_in_buffer:
             return []  # only silence left
-        # a trimmed stream's last buffer may hold only the pause after a committed sentence: the no-speech guard
-        # keeps Whisper from hallucinating there (" you"); an untrimmed stream's final decode stays offline decoding
+        if st.offset > 0 and self._silent_tail():
+            return []
+        # a trimmed stream's last buffer may hold only the pause after a committed sentence: the VAD check above and
+        # the no-speech guard keep Whisper from hallucinating there (" you"); an untrimmed stream's final decode
+        # stays offline decoding
         decoded = self._decode(st.samples, final=True, guarded=st.offset > 0, sure_only=False)
         emission = self._commit(decoded, final=True)
         return [] if emission is None else [emission]
@@ -280,6 +287,25 @@ class Session(OutputView):
         if self.model.no_speech_prob(enc, self.state.costs) <= threshold:
             return False
         self.state.costs.count("no_speech_skips")
+        return True
+
+    def _silent_tail(self) -> bool:
+        """The no-speech guard at the end of a trimmed stream: True when Silero VAD finds no speech in what is left
+        of the buffer (nothing more is committed).
+
+        Why: the last buffer often holds only the pause after the last committed sentence; lifted by the level
+        normalisation and read with the previous text as prompt, it makes Whisper invent a sentence that its own
+        no-speech judge lets through (fleurs-de-000: "The island of Hong Kong is a very beautiful island.").
+        """
+        st = self.state
+        if self.options.no_speech_threshold is None or self.sample_rate not in VAD_RATES:
+            return False
+        start = time.perf_counter()
+        speech = holds_speech(st.audio[: st.samples], self.sample_rate, self.options.vad_threshold)
+        st.costs.compute_s += time.perf_counter() - start
+        if speech:
+            return False
+        st.costs.count("silent_tail_skips")
         return True
 
     def _search(self, audio: np.ndarray, final: bool, guarded: bool) -> Decoded:
