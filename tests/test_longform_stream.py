@@ -388,6 +388,31 @@ def test_the_final_decode_of_a_trimmed_stream_skips_a_silent_tail() -> None:
     assert JFK_PHRASE.search(normalize_for_wer(plain.text))
 
 
+@pytest.mark.parametrize("vad", ["silent", "speech", "missing"])
+def test_the_end_of_a_trimmed_stream_asks_the_vad(monkeypatch: pytest.MonkeyPatch, vad: str) -> None:
+    from simulst.errors import ModelLoadError
+    from simulst.streaming import session as session_module
+
+    def holds_speech(audio: np.ndarray, sample_rate: int, threshold: float) -> bool:
+        if vad == "missing":
+            raise ModelLoadError("no onnxruntime")
+        return vad == "speech"
+
+    monkeypatch.setattr(session_module, "holds_speech", holds_speech)
+    monkeypatch.setattr(session_module, "VAD_RATES", {1000: 0})  # (the toy's rate)
+    session = Session(TimedToy(), StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False))
+    session.push(_speech(20.0))
+    assert session.state.offset > 0  # trimmed
+    shown = session.text
+    final = session.finish()
+    extra = session.costs.extra
+    if vad == "silent":  # nothing more committed
+        assert final == [] and session.text == shown and extra["silent_tail_skips"] == 1
+    else:  # decoded as before: the toy's words in the last buffer are committed
+        assert final and session.text.startswith(shown) and "silent_tail_skips" not in extra
+        assert extra.get("silent_tail_unchecked", 0) == (vad == "missing")
+
+
 def test_vad_options_are_checked() -> None:
     from simulst.audio.vad import VoiceActivity
     from simulst.errors import OptionError

@@ -38,7 +38,8 @@ def _silero() -> Any:
     Why ONNX and one copy: the TorchScript model runs 50 to 100 times slower once a second copy has been loaded
     in the process, or after some sequences of calls (30 ms to 100 ms per 32 ms window instead of 1 ms; torch
     2.13, silero-vad 6.2), while the ONNX model runs every window in about 0.6 ms with the same probabilities (to
-    1e-6). The session holds no stream state: streams share it and each keeps its own (:class:`_StreamModel`).
+    1e-6). The ONNX Runtime session holds no stream state: streams share it and each keeps its own
+    (:class:`_StreamModel`).
     """
     with _LOCK:
         if not _MODEL:
@@ -126,8 +127,9 @@ class VoiceActivity:
 
         self._torch = torch
         self.window = WINDOW[sample_rate]
-        self._iterator = _package().VADIterator(_StreamModel(_silero()), threshold=threshold, sampling_rate=sample_rate,
-                                     min_silence_duration_ms=int(pause_ms), speech_pad_ms=int(pad_ms))
+        model = _StreamModel(_silero())
+        self._iterator = _package().VADIterator(model, threshold=threshold, sampling_rate=sample_rate,
+                                                min_silence_duration_ms=int(pause_ms), speech_pad_ms=int(pad_ms))
         self._rest = np.zeros(0, dtype=np.float32)
         self._peaks: deque[float] = deque(maxlen=max(1, round(GAIN_MEMORY_S * sample_rate / self.window)))
         self.speaking = False
@@ -156,7 +158,7 @@ def holds_speech(audio: np.ndarray, sample_rate: int = 16000, threshold: float =
     """True when Silero VAD (through the same automatic gain) finds speech anywhere in ``audio``.
 
     Raises:
-        ModelLoadError: ``silero-vad`` is not installed.
+        ModelLoadError: ``silero-vad`` or ``onnxruntime`` is not installed.
         OptionError: a sample rate the model does not support, or a threshold outside (0, 1).
     """
     vad = VoiceActivity(sample_rate, threshold)

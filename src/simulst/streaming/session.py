@@ -34,7 +34,7 @@ from simulst.audio.level import normalize_level
 from simulst.audio.vad import WINDOW as VAD_RATES
 from simulst.audio.vad import VoiceActivity, VoiceEvent, holds_speech
 from simulst.config import StreamOptions
-from simulst.errors import AudioError
+from simulst.errors import AudioError, ModelLoadError
 from simulst.models.base import Encoded, PreviousTextPrompter, SpeechJudge, SpeechModel, TokenTimer
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
 from simulst.search import Query, Searcher, SearchState, make_searcher
@@ -301,7 +301,11 @@ class Session(OutputView):
         if self.options.no_speech_threshold is None or self.sample_rate not in VAD_RATES:
             return False
         start = time.perf_counter()
-        speech = holds_speech(st.audio[: st.samples], self.sample_rate, self.options.vad_threshold)
+        try:
+            speech = holds_speech(st.audio[: st.samples], self.sample_rate, self.options.vad_threshold)
+        except ModelLoadError:  # (the VAD's packages are missing: the end is decoded, as without the check)
+            st.costs.count("silent_tail_unchecked")
+            speech = True
         st.costs.compute_s += time.perf_counter() - start
         if speech:
             return False
