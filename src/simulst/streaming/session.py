@@ -183,12 +183,12 @@ class Session(OutputView):
             return []
         st.finished = True
         if self.vad is not None and not st.speech_in_buffer:
-            return []  # only silence left
-        if st.offset > 0 and self._silent_tail():
+            return []  # only silence left (the stream's own VAD says so: no second VAD pass below)
+        if self.vad is None and st.offset > 0 and self._silent_tail():
             return []
-        # a trimmed stream's last buffer may hold only the pause after a committed sentence: the VAD check above and
-        # the no-speech guard keep Whisper from hallucinating there (" you"); an untrimmed stream's final decode
-        # stays offline decoding
+        # a trimmed stream's last buffer may hold only the pause after a committed sentence: the VAD checks above
+        # and the no-speech guard keep Whisper from hallucinating there (" you"); an untrimmed stream's final
+        # decode stays offline decoding
         decoded = self._decode(st.samples, final=True, guarded=st.offset > 0, sure_only=False)
         emission = self._commit(decoded, final=True)
         return [] if emission is None else [emission]
