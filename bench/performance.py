@@ -1,6 +1,6 @@
 """Performance of the default configuration and its ablations on this CPU, against the engine-speed anchor.
 
-Two parts, written to ``bench/results/performance.md`` (+ ``.csv``):
+Three parts, written to ``bench/results/performance.md`` (+ ``.csv``; ``--out`` elsewhere):
 
 1. **Streaming runs** on the 6 shared English utterances (jfk + fleurs-en-dev, 51.9 s), each fed at the pace of a
    live speaker (``feed_realtime``, exactly ``simulst transcribe AUDIO --realtime``: audio arrives at wall-clock
