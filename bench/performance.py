@@ -90,6 +90,8 @@ def _configs() -> list[Config]:
         Config("logprob-0.8", "--logprob-threshold -0.8 (the low-confidence guard; default -1.5)", default_model,
                stream(logprob_threshold=-0.8)),
         Config("logprob-0.7", "--logprob-threshold -0.7", default_model, stream(logprob_threshold=-0.7)),
+        Config("early-logprob-0.7", "--early-logprob-threshold -0.7 (stricter only within a segment)", default_model,
+               stream(early_logprob_threshold=-0.7)),
         Config("ctc", "--policy ctc", model(ctc_head="default"), stream(policy=PolicyOptions.parse("ctc"))),
         Config("alignatt", "--policy alignatt", default_model, stream(policy=PolicyOptions.parse("alignatt"))),
         Config("beam5", "--search beam --beam 5", default_model, stream(search=SearchOptions("beam", 5))),

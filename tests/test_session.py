@@ -217,6 +217,35 @@ def test_the_low_confidence_guard_skips_a_chunk_of_guesses() -> None:
     assert guarded.text.startswith("the")  # once words are heard, the output starts with them
 
 
+class HesitantToy(ToySpeechModel):
+    """Before it hears anything it babbles " uh" at p .3 (every other token .14): log-prob -1.2 a token."""
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        if audio_samples < self.ms_per_word and set(tokens) <= {1}:
+            return {1: 0.3, **{t: 0.14 for t in (0, 2, 3, 4, 5)}}
+        return super()._next(tokens, audio_samples)
+
+
+def test_the_early_low_confidence_guard_is_stricter_only_within_a_segment() -> None:
+    # At 500 ms nothing is heard: " uh uh ..." has mean log-prob -1.2 - above the guard's -1.5 (committed), below
+    # the early threshold -0.7 while the 0.5 s decoded is within the 5 s segment (nothing committed); with a
+    # 0.4 s segment the 0.5 s decoded is past it, and the guard is -1.5 again.
+    base = options("hold-0", chunk_ms=500)
+    plain = Session(HesitantToy(), base)
+    assert plain.push(tone(500))[0].text.startswith("uh uh")
+    early = Session(HesitantToy(), dataclasses.replace(base, early_logprob_threshold=-0.7))
+    assert early.push(tone(500)) == [] and early.costs.extra["unsure_skips"] == 1
+    past = Session(HesitantToy(), dataclasses.replace(base, early_logprob_threshold=-0.7, segment_s=0.4))
+    assert past.push(tone(500))[0].text.startswith("uh uh")
+    only_early = Session(HesitantToy(), dataclasses.replace(base, logprob_threshold=None, early_logprob_threshold=-0.7))
+    assert only_early.push(tone(500)) == []  # (the early guard works without the other)
+    early.push(tone(4300))
+    early.finish()
+    assert early.text.startswith("the")
+    with pytest.raises(OptionError):
+        StreamOptions(early_logprob_threshold=float("nan"))
+
+
 def test_the_no_speech_guard_skips_chunks_before_speech_and_never_the_final_one() -> None:
     model = SilenceAwareToy(guess_p=0.9)
     session = Session(model, options("hold-0", chunk_ms=500))

@@ -243,7 +243,7 @@ class Session(OutputView):
         else:
             decoded = self._search(audio, final, guarded)
         st.last_decoded, st.last_hyps = read, decoded.hyps
-        if decoded.hyps and guarded and sure_only and self._unsure(decoded.hyps[0]):
+        if decoded.hyps and guarded and sure_only and self._unsure(decoded.hyps[0], samples):
             decoded = Decoded(read, [], decoded.enc, decoded.prompt)
         st.costs.compute_s += time.perf_counter() - start
         return decoded
@@ -269,10 +269,14 @@ class Session(OutputView):
         elapsed_ms = source_ms + st.costs.compute_s * 1000.0
         return st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, final)
 
-    def _unsure(self, best: Hypothesis) -> bool:
-        """The low-confidence guard: the best hypothesis's new tokens have a mean log-probability below the
-        threshold (nothing is committed from this chunk)."""
+    def _unsure(self, best: Hypothesis, samples: int) -> bool:
+        """The low-confidence guard: the best hypothesis's new tokens (searched over the first ``samples`` of the
+        buffer) have a mean log-probability below the threshold - the stricter early one while ``samples`` is at
+        most a segment - and nothing is committed from this chunk."""
         threshold = self.options.logprob_threshold
+        early = self.options.early_logprob_threshold
+        if early is not None and samples <= self.segment_samples:
+            threshold = early if threshold is None else max(threshold, early)
         searched = len(best.tokens) - len(self.state.output.committed) + int(best.finished)
         if threshold is None or searched <= 0 or best.score / searched >= threshold:
             return False
