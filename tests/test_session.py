@@ -199,9 +199,11 @@ class SilenceAwareToy(ToySpeechModel):
 class UnsureToy(ToySpeechModel):
     """Before it hears anything it babbles " uh" at p .2 (every other token .16): log-prob -1.6 a token."""
 
+    babble_p, other_p = 0.2, 0.16
+
     def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
         if audio_samples < self.ms_per_word and set(tokens) <= {1}:
-            return {1: 0.2, **{t: 0.16 for t in (0, 2, 3, 4, 5)}}
+            return {1: self.babble_p, **{t: self.other_p for t in (0, 2, 3, 4, 5)}}
         return super()._next(tokens, audio_samples)
 
 
@@ -217,13 +219,10 @@ def test_the_low_confidence_guard_skips_a_chunk_of_guesses() -> None:
     assert guarded.text.startswith("the")  # once words are heard, the output starts with them
 
 
-class HesitantToy(ToySpeechModel):
+class HesitantToy(UnsureToy):
     """Before it hears anything it babbles " uh" at p .3 (every other token .14): log-prob -1.2 a token."""
 
-    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
-        if audio_samples < self.ms_per_word and set(tokens) <= {1}:
-            return {1: 0.3, **{t: 0.14 for t in (0, 2, 3, 4, 5)}}
-        return super()._next(tokens, audio_samples)
+    babble_p, other_p = 0.3, 0.14
 
 
 def test_the_early_low_confidence_guard_is_stricter_only_within_a_segment() -> None:

@@ -72,7 +72,8 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--logprob-threshold", type=_optional_float, default=-1.5, metavar="L|none",
                        help="a chunk whose new tokens have a mean log-probability < L commits nothing "
                             "(default -1.5; none: off)")
-    group.add_argument("--early-logprob-threshold", type=_optional_float, default=None, metavar="L|none",
+    group.add_argument("--early-logprob-threshold", type=_optional_float,
+                       default=STREAM_DEFAULTS.early_logprob_threshold, metavar="L|none",
                        help="a stricter L for the same guard while the audio decoded is at most --segment-s long "
                             "(default none: off; -0.7 helps tiny.en transcription, delays X->English)")
     group.add_argument("--loop-guard", action=argparse.BooleanOptionalAction, default=True,
@@ -134,7 +135,7 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         policy=policy,
         no_speech_threshold=getattr(args, "no_speech_threshold", 0.6),
         logprob_threshold=getattr(args, "logprob_threshold", -1.5),
-        early_logprob_threshold=getattr(args, "early_logprob_threshold", None),
+        early_logprob_threshold=getattr(args, "early_logprob_threshold", STREAM_DEFAULTS.early_logprob_threshold),
         loop_guard=getattr(args, "loop_guard", True),
         segment_s=getattr(args, "segment_s", STREAM_DEFAULTS.segment_s),
         max_buffer_s=getattr(args, "max_buffer_s", STREAM_DEFAULTS.max_buffer_s),
