@@ -87,7 +87,8 @@ def main() -> None:
         for chunk in [float(c) for c in args.chunks.split(",")] if policy.name != "offline" else [1000.0]:
             options = StreamOptions(chunk_ms=chunk, policy=policy)
             if flag == "noguard":
-                options = dataclasses.replace(options, no_speech_threshold=None, logprob_threshold=None)
+                options = dataclasses.replace(options, no_speech_threshold=None, logprob_threshold=None,
+                                              early_logprob_threshold=None)
             records, started, source_s = [], time.perf_counter(), 0.0
             compute = passes = no_speech = unsure = 0.0
             for lang in LANGUAGES:

@@ -76,9 +76,11 @@ def _configs() -> list[Config]:
     return [
         Config("default", "no flags", default_model, default_stream),
         Config("previous-default", "--window full --chunk-ms 1000 --segment-s 8 --max-buffer-s 16 --normalize-peak "
-               "none --no-draft (the default until 2026-11-23)", model(window="full"),
+               "none --no-draft --early-logprob-threshold none (the default until 2026-11-23)", model(window="full"),
                stream(chunk_ms=1000.0, segment_s=8.0, max_buffer_s=16.0, normalize_peak=None,
-                      search=SearchOptions(draft=False))),
+                      search=SearchOptions(draft=False), early_logprob_threshold=None)),
+        Config("no-early-guard", "--early-logprob-threshold none (the low-confidence guard at -1.5 throughout; "
+               "the default until 2026-11-24)", default_model, stream(early_logprob_threshold=None)),
         Config("no-normalize", "--normalize-peak none", default_model, stream(normalize_peak=None)),
         Config("no-draft", "--no-draft", default_model, stream(search=SearchOptions(draft=False))),
         Config("window-full", "--window full (Whisper's 30 s)", model(window="full"), default_stream),
@@ -87,11 +89,8 @@ def _configs() -> list[Config]:
         Config("chunk-1000", "--chunk-ms 1000", default_model, stream(chunk_ms=1000.0)),
         Config("la-3", "--policy la-3 (three chunks must agree)", default_model,
                stream(policy=PolicyOptions.parse("la-3"))),
-        Config("logprob-0.8", "--logprob-threshold -0.8 (the low-confidence guard; default -1.5)", default_model,
-               stream(logprob_threshold=-0.8)),
-        Config("logprob-0.7", "--logprob-threshold -0.7", default_model, stream(logprob_threshold=-0.7)),
-        Config("early-logprob-0.7", "--early-logprob-threshold -0.7 (stricter only within a segment)", default_model,
-               stream(early_logprob_threshold=-0.7)),
+        Config("logprob-0.7", "--logprob-threshold -0.7 (the low-confidence guard at -0.7 throughout; default: "
+               "-0.7 within a segment, -1.5 past it)", default_model, stream(logprob_threshold=-0.7)),
         Config("ctc", "--policy ctc", model(ctc_head="default"), stream(policy=PolicyOptions.parse("ctc"))),
         Config("alignatt", "--policy alignatt", default_model, stream(policy=PolicyOptions.parse("alignatt"))),
         Config("beam5", "--search beam --beam 5", default_model, stream(search=SearchOptions("beam", 5))),

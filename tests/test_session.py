@@ -212,7 +212,8 @@ def test_the_low_confidence_guard_skips_a_chunk_of_guesses() -> None:
     # Without the guard hold-0 commits the babble, and every later hypothesis has to continue it.
     guarded = Session(UnsureToy(), options("hold-0", chunk_ms=500))
     assert guarded.push(tone(500)) == [] and guarded.costs.extra["unsure_skips"] == 1
-    unguarded = Session(UnsureToy(), dataclasses.replace(options("hold-0", chunk_ms=500), logprob_threshold=None))
+    unguarded = Session(UnsureToy(), options("hold-0", chunk_ms=500, logprob_threshold=None,
+                                             early_logprob_threshold=None))
     assert unguarded.push(tone(500))[0].text.startswith("uh uh")
     guarded.push(tone(4300))
     guarded.finish()
@@ -229,7 +230,7 @@ def test_the_early_low_confidence_guard_is_stricter_only_within_a_segment() -> N
     # At 500 ms nothing is heard: " uh uh ..." has mean log-prob -1.2 - above the guard's -1.5 (committed), below
     # the early threshold -0.7 while the 0.5 s decoded is within the 5 s segment (nothing committed); with a
     # 0.4 s segment the 0.5 s decoded is past it, and the guard is -1.5 again.
-    base = options("hold-0", chunk_ms=500)
+    base = options("hold-0", chunk_ms=500, early_logprob_threshold=None)
     plain = Session(HesitantToy(), base)
     assert plain.push(tone(500))[0].text.startswith("uh uh")
     early = Session(HesitantToy(), dataclasses.replace(base, early_logprob_threshold=-0.7))
@@ -241,8 +242,30 @@ def test_the_early_low_confidence_guard_is_stricter_only_within_a_segment() -> N
     early.push(tone(4300))
     early.finish()
     assert early.text.startswith("the")
-    with pytest.raises(OptionError):
-        StreamOptions(early_logprob_threshold=float("nan"))
+    for wrong in (float("nan"), "sometimes"):
+        with pytest.raises(OptionError):
+            StreamOptions(early_logprob_threshold=wrong)  # type: ignore[arg-type]
+
+
+class TranslatingHesitantToy(HesitantToy):
+    """The same toy, saying that it translates (as Whisper with task ``translate``)."""
+
+    task = "translate"
+
+
+def test_the_early_guard_is_on_by_default_when_transcribing_and_off_when_translating() -> None:
+    # "auto" (the default) is -0.7 for a model that transcribes (or says nothing of its task), None for one that
+    # translates; a number or None given is used as it is, whatever the task.
+    base = options("hold-0", chunk_ms=500)
+    assert base.early_logprob_threshold == "auto"
+    assert Session(HesitantToy(), base).early_logprob_threshold == -0.7
+    assert Session(HesitantToy(), base).push(tone(500)) == []
+    translating = Session(TranslatingHesitantToy(), base)
+    assert translating.early_logprob_threshold is None
+    assert translating.push(tone(500))[0].text.startswith("uh uh")
+    chosen = dataclasses.replace(base, early_logprob_threshold=-0.9)
+    assert Session(TranslatingHesitantToy(), chosen).early_logprob_threshold == -0.9
+    assert Session(TranslatingHesitantToy(), chosen).push(tone(500)) == []
 
 
 def test_the_no_speech_guard_skips_chunks_before_speech_and_never_the_final_one() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -51,8 +52,12 @@ def test_apply_override_types_and_errors() -> None:
     assert apply_override(base, "initial_wait_ms", "2000").initial_wait_ms == 2000.0
     assert apply_override(base, "search.max_new_tokens", "12").search.max_new_tokens == 12
     assert apply_override(base, "policy", "hold-6").policy.n == 6
+    assert apply_override(base, "early_logprob_threshold", "-0.9").early_logprob_threshold == -0.9
+    assert apply_override(base, "early_logprob_threshold", "none").early_logprob_threshold is None
+    off = dataclasses.replace(base, early_logprob_threshold=None)
+    assert apply_override(off, "early_logprob_threshold", "-0.7").early_logprob_threshold == -0.7
     for key, value in [("nope", "1"), ("search.nope", "1"), ("search.beam", "x"), ("search", "beam"),
-                       ("chunk_ms.x", "1"), ("search.beam", "0")]:
+                       ("chunk_ms.x", "1"), ("search.beam", "0"), ("early_logprob_threshold", "often")]:
         with pytest.raises(OptionError):
             apply_override(base, key, value)
     with pytest.raises(OptionError):

@@ -51,7 +51,8 @@ def test_without_the_guards_the_early_hallucination_is_committed(german: SpeechE
     # (no long-form trimming either: trimming behind the committed "Thank you." lets the stream recover)
     # (and the audio at its recorded level: lifted, the silence holds another hallucination)
     options = StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2"), no_speech_threshold=None,
-                            logprob_threshold=None, segment_s=30.0, max_buffer_s=30.0, normalize_peak=None)
+                            logprob_threshold=None, early_logprob_threshold=None, segment_s=30.0, max_buffer_s=30.0,
+                            normalize_peak=None)
     stream = german.open(options)
     feed_fast(stream, audio)
     text = stream.text.lower()

@@ -97,7 +97,8 @@ def test_a_stream_detects_its_language_once_and_keeps_it(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(model, "detect_language", counting)
     rng = np.random.default_rng(0)
-    guards_off = {"no_speech_threshold": None, "logprob_threshold": None}  # a random model is never confident
+    # a random model is never confident
+    guards_off = {"no_speech_threshold": None, "logprob_threshold": None, "early_logprob_threshold": None}
     session = Session(model, StreamOptions(chunk_ms=500, policy=PolicyOptions.parse("la-2"), **guards_off))
     for _ in range(4):
         session.push((0.1 * rng.standard_normal(8000)).astype(np.float32))

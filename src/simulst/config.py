@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from simulst.errors import OptionError
 
 SEARCH_NAMES = ("greedy", "beam", "bwbs", "ibwbs", "ibwbs2", "rewind")
 POLICY_NAMES = ("offline", "la", "hold", "sp", "wait", "ctc", "alignatt")
 CTC_ODDS = ("next", "any")
+EARLY_LOGPROB_WHEN_TRANSCRIBING = -0.7  # what early_logprob_threshold "auto" means for a model that transcribes
 
 
 @dataclass(frozen=True)
@@ -174,10 +176,11 @@ class StreamOptions:
             the hallucinations at the onset of speech score about -2); None: off.
         early_logprob_threshold: a stricter threshold for the same guard while the audio decoded is at most
             ``segment_s`` long (early in a segment, where a chunk's new words are guesses from the least audio);
-            past that, ``logprob_threshold`` again, so a filling buffer is never held back. None: off (the
-            default; tiny.en, 6 utterances over 6 chunk phases: -0.7 lowers the mean WER from 8.0 to 6.5 % for
+            past that, ``logprob_threshold`` again, so a filling buffer is never held back. None: off. ``auto``
+            (the default): -0.7 when the model transcribes, off when it translates (:meth:`early_threshold`).
+            Why: on tiny.en, 6 utterances over 6 chunk phases, -0.7 lowers the mean WER from 8.0 to 6.5 % for
             0.14 s more AL and leaves the English long-form talk unchanged, but Whisper base X->English, whose
-            tokens are less confident, is held back about 1.4 s longer: ``bench/results/performance_logprob.md``).
+            tokens are less confident, is held back about 1.4 s longer (``bench/results/performance_logprob.md``).
         loop_guard: no n-gram of tokens is committed more than 3 times in a row (1-3 tokens) or twice (longer),
             and no 12-token span a third time within 100 tokens: the cut-off guards against Whisper's repetition
             loops ("however, however, ...", a sentence said over and over).
@@ -207,7 +210,7 @@ class StreamOptions:
     policy: PolicyOptions = field(default_factory=PolicyOptions)
     no_speech_threshold: float | None = 0.6
     logprob_threshold: float | None = -1.5
-    early_logprob_threshold: float | None = None
+    early_logprob_threshold: float | Literal["auto"] | None = "auto"
     loop_guard: bool = True
     segment_s: float = 5.0
     max_buffer_s: float = 8.0
@@ -221,8 +224,11 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if self.normalize_peak is not None and not 0.0 < self.normalize_peak <= 1.0:
             raise OptionError(f"the normalisation peak is a level in (0, 1], got {self.normalize_peak}")
+        if isinstance(self.early_logprob_threshold, str) and self.early_logprob_threshold != "auto":
+            raise OptionError(f"the early log-probability threshold is a number, auto or none, "
+                              f"got {self.early_logprob_threshold!r}")
         for threshold in (self.logprob_threshold, self.early_logprob_threshold):
-            if threshold is not None and math.isnan(threshold):
+            if isinstance(threshold, float) and math.isnan(threshold):
                 raise OptionError("the log-probability threshold must be a number")
         if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
             raise OptionError(f"the no-speech threshold is a probability, got {self.no_speech_threshold}")
@@ -238,6 +244,13 @@ class StreamOptions:
             raise OptionError(f"the VAD threshold is a probability in (0, 1), got {self.vad_threshold}")
         if self.vad_pause_ms < 0 or self.context_reset_s < 0:
             raise OptionError("the VAD pause and the context reset must be >= 0")
+
+    def early_threshold(self, translates: bool) -> float | None:
+        """The early low-confidence threshold in force for a model that translates (True) or transcribes:
+        ``auto`` resolved (:data:`EARLY_LOGPROB_WHEN_TRANSCRIBING`, or None when translating)."""
+        if self.early_logprob_threshold == "auto":
+            return None if translates else EARLY_LOGPROB_WHEN_TRANSCRIBING
+        return self.early_logprob_threshold
 
 
 @dataclass(frozen=True)

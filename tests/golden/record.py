@@ -100,7 +100,8 @@ def run(config: Config, models: dict[tuple[str, str, bool], Any], only: Collecti
     # and greedy search's draft (it takes fewer decoder passes); long-form trimming never acts on 11 s
     options = StreamOptions(chunk_ms=CHUNK_MS, policy=PolicyOptions.parse(config.policy),
                             search=SearchOptions(config.search, beam=BEAM, carry_over=config.carry_over, draft=False),
-                            no_speech_threshold=None, logprob_threshold=None, loop_guard=False,
+                            no_speech_threshold=None, logprob_threshold=None, early_logprob_threshold=None,
+                            loop_guard=False,
                             segment_s=30.0, max_buffer_s=30.0, normalize_peak=None)
     shared = engine(config, load(config, models))
     out: dict[str, Any] = {}

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Literal
 
-from simulst.config import CtcPolicyOptions, ModelOptions, PolicyOptions, SearchOptions, StreamOptions
+from simulst.config import (
+    EARLY_LOGPROB_WHEN_TRANSCRIBING,
+    CtcPolicyOptions,
+    ModelOptions,
+    PolicyOptions,
+    SearchOptions,
+    StreamOptions,
+)
 from simulst.models.base import SpeechModel
 from simulst.models.loading import load_model
 
@@ -72,10 +80,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--logprob-threshold", type=_optional_float, default=-1.5, metavar="L|none",
                        help="a chunk whose new tokens have a mean log-probability < L commits nothing "
                             "(default -1.5; none: off)")
-    group.add_argument("--early-logprob-threshold", type=_optional_float,
-                       default=STREAM_DEFAULTS.early_logprob_threshold, metavar="L|none",
+    group.add_argument("--early-logprob-threshold", type=_auto_or_optional_float,
+                       default=STREAM_DEFAULTS.early_logprob_threshold, metavar="L|auto|none",
                        help="a stricter L for the same guard while the audio decoded is at most --segment-s long "
-                            "(default none: off; -0.7 helps tiny.en transcription, delays X->English)")
+                            f"(default auto: {EARLY_LOGPROB_WHEN_TRANSCRIBING:g} when transcribing, off when "
+                            "translating, whose tokens are less confident; none: off)")
     group.add_argument("--loop-guard", action=argparse.BooleanOptionalAction, default=True,
                        help="never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than "
                             "twice, or a 12-token span a third time within 100 tokens (default on)")
@@ -146,6 +155,11 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         context_reset_s=getattr(args, "context_reset_s", 5.0),
         normalize_peak=getattr(args, "normalize_peak", STREAM_DEFAULTS.normalize_peak),
     )
+
+
+def _auto_or_optional_float(text: str) -> float | Literal["auto"] | None:
+    """A number, ``auto`` or ``none`` (off)."""
+    return "auto" if text.strip().lower() == "auto" else _optional_float(text)
 
 
 def _optional_float(text: str) -> float | None:

@@ -73,11 +73,13 @@ def _convert(current: Any, value: str, key: str) -> Any:
             return int(value)
         if isinstance(current, float):
             return float(value)
-        if current is None:
+        if current is None or isinstance(current, str):  # an optional number, or a word or a number ("auto")
             if value.lower() == "none":
                 return None
             return int(value) if re.fullmatch(r"-?\d+", value) else float(value)
     except ValueError as exc:
+        if isinstance(current, str):
+            return value
         raise OptionError(f"{key}: cannot read {value!r} as {type(current).__name__}") from exc
     return value
 

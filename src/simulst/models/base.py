@@ -213,6 +213,14 @@ class SpeechJudge(Protocol):
 
 
 @runtime_checkable
+class TaskedModel(Protocol):
+    """A model that says what its decoder writes: ``transcribe`` (the source language) or ``translate`` (Whisper's
+    task token)."""
+
+    task: str
+
+
+@runtime_checkable
 class SpeechModel(DecoderModel, Protocol):
     """A speech-to-text model: an encoder over audio plus a :class:`DecoderModel`."""
 

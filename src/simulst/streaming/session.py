@@ -35,7 +35,7 @@ from simulst.audio.vad import WINDOW as VAD_RATES
 from simulst.audio.vad import VoiceActivity, VoiceEvent, holds_speech
 from simulst.config import StreamOptions
 from simulst.errors import AudioError, ModelLoadError
-from simulst.models.base import Encoded, PreviousTextPrompter, SpeechJudge, SpeechModel, TokenTimer
+from simulst.models.base import Encoded, PreviousTextPrompter, SpeechJudge, SpeechModel, TaskedModel, TokenTimer
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
 from simulst.search import Query, Searcher, SearchState, make_searcher
 from simulst.streaming.commit import Output, OutputView, loop_free_length, target_tokens
@@ -136,6 +136,8 @@ class Session(OutputView):
         if self.policy.commits_early:
             self.max_buffer = min(self.max_buffer, round(self.options.max_buffer_s * rate))
         self.segment_samples = min(self.max_buffer, round(self.options.segment_s * rate))
+        translates = isinstance(model, TaskedModel) and model.task == "translate"
+        self.early_logprob_threshold = self.options.early_threshold(translates)
         first = self.options.initial_wait_ms or self.options.chunk_ms
         self.state = StreamState(np.zeros(rate * 4, dtype=np.float32), next_decode=max(1, round(first * rate / 1000)))
         self.vad: VoiceActivity | None = None
@@ -274,7 +276,7 @@ class Session(OutputView):
         buffer) have a mean log-probability below the threshold - the stricter early one while ``samples`` is at
         most a segment - and nothing is committed from this chunk."""
         threshold = self.options.logprob_threshold
-        early = self.options.early_logprob_threshold
+        early = self.early_logprob_threshold
         if early is not None and samples <= self.segment_samples:
             threshold = early if threshold is None else max(threshold, early)
         searched = len(best.tokens) - len(self.state.output.committed) + int(best.finished)
