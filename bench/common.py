@@ -97,12 +97,21 @@ def score(items: Sequence[Item], runs: Sequence[Run]) -> dict[str, float]:
     }
 
 
-def machine_note() -> str:
-    """One line on where and when a benchmark ran (the machine is shared: timings are noisy)."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+def load_average() -> float:
+    """The 1-minute load average (NaN where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def machine_note(load_before: float | None = None) -> str:
+    """One line on where and when a benchmark ran (the machine is shared: timings are noisy).
+
+    ``load_before``: the load average read before the benchmark started (a quiet machine reads well under 1;
+    the value at the end includes the benchmark's own threads).
+    """
+    before = "" if load_before is None else f"{load_before:.2f} before the start, "
     return (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, load average {load:.1f} at the end, torch threads "
+        f"{os.cpu_count()} cores, load average {before}{load_average():.1f} at the end, torch threads "
         f"{os.environ.get('OMP_NUM_THREADS', 'default')}"
     )
 

@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine_note, markdown_table, write_csv, write_report
+from common import load_average, machine_note, markdown_table, write_csv, write_report
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
@@ -63,12 +63,13 @@ CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
     "default": (StreamOptions(), {}), "vad": (StreamOptions(vad=True), {}),
     "segment-10": (StreamOptions(segment_s=10.0, max_buffer_s=16.0), {}),
     "window-full": (StreamOptions(), {"window": "full"}),
+    "context-all": (StreamOptions(context_scope="all"), {}),
     "context-0": (StreamOptions(context_tokens=0), {}),
     "vad-context-0": (StreamOptions(vad=True, context_tokens=0), {}),
     "vad-beam5": (StreamOptions(vad=True, search=SearchOptions("beam", beam=5)), {}),
 }
 CLOCKS = ("simulated", "realtime")
-DEFAULT_RUNS = "en:default,en:default@realtime,en:vad,en:context-0,en:vad-context-0,de:default"
+DEFAULT_RUNS = "en:default,en:default@realtime,en:vad,en:context-all,en:context-0,en:vad-context-0,de:default"
 COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "offline_same_search",
            "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL", "first_min_AL_CA", "last_min_AL_CA",
            "chunk_p50_ms", "chunk_p95_ms",
@@ -313,6 +314,7 @@ def main() -> None:
                              f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
     args = parser.parse_args()
+    load_before = load_average()
     if not (args.sets / "en-talk.wav").is_file():
         raise SystemExit("run bench/longform_sets.py first")
     runs = []
@@ -348,11 +350,14 @@ def main() -> None:
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
         "Stream options are the defaults (LA-2, 600 ms chunks, the audio window, `--segment-s 5 --max-buffer-s 8`; "
         "`vad`: `--vad`; `segment-10`: `--segment-s 10 --max-buffer-s 16`; `window-full`: `--window full`; "
-        "`context-0`: `--context-tokens 0`, no previous-text prompt (the default is 100 tokens); `vad-context-0`: "
-        "both; `vad-beam5`: `--vad --search beam --beam 5`). The English talk repeats its 6 utterances: the "
-        "previous-text prompt then often holds the very sentence that comes next, which tiny.en tends to copy.",
+        "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
+        "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
+        "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
+        "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`). The English "
+        "talk repeats its 6 utterances: a prompt of whole earlier sentences then often holds the very sentence "
+        "that comes next, which tiny.en tends to copy.",
         "",
-        f"Run: {machine_note()}.",
+        f"Run: {machine_note(load_before)}.",
         "",
         markdown_table(rows, COLUMNS),
         "",

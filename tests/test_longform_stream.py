@@ -16,6 +16,7 @@ from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import Encoded, PreviousTextPrompter, TokenTimer
 from simulst.models.timing import dtw, median_filter, token_start_frames
 from simulst.mt.options import MTOptions
+from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.commit import loop_free_length
 from simulst.streaming.feed import feed_fast
 from simulst.streaming.mt_stage import MTStage
@@ -162,12 +163,40 @@ def test_a_model_without_timing_commits_full_buffers_whole() -> None:
 def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_context() -> None:
     model = TimedToy()
     # (the toy says its sentence again in every buffer: no loop guard, which would rightly cut the repetition)
-    session = Session(model, StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False))
+    session = Session(model, StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False,
+                                           context_scope="all"))
     _check_stream(session, _speech(40), [1000] * 40)
     assert session.costs.extra["trims"] >= 3 and "segment_commits" not in session.costs.extra
     assert session.state.base > 0 and session.state.offset > 0
     assert any(p for p in model.prompts[1:])  # after the first trim the committed text is the prompt
     assert session.text.count("the cat sat on the mat .") >= 3
+
+
+def test_the_sentence_context_carries_only_the_sentence_a_trim_cut_through() -> None:
+    period = TimedToy().tokenizer.pieces.index(" .")
+    # trims behind sentence ends (a 4.9 s sentence fits the 12 s buffer): the prompt holds whole sentences with
+    # the scope "all", and nothing with "sentence" (the default for a model that transcribes, as the toy does)
+    for scope, carried in (("all", True), ("sentence", False), ("auto", False)):
+        model = TimedToy()
+        session = Session(model, StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False,
+                                               context_scope=scope))  # type: ignore[arg-type]
+        _check_stream(session, _speech(40), [1000] * 40)
+        assert session.costs.extra["trims"] >= 3
+        assert any(period in p for p in model.prompts) is carried, scope
+        assert any(p for p in model.prompts) is carried, scope
+    # a 4 s buffer never holds a whole sentence: trims behind committed words, in mid-sentence; the prompt is
+    # then the sentence's words committed before the cut, and never reaches back past its start
+    model = TimedToy()
+    session = Session(model, StreamOptions(chunk_ms=1000, segment_s=3, max_buffer_s=4, loop_guard=False,
+                                           context_scope="sentence"))
+    _check_stream(session, _speech(40), [1000] * 40)
+    prompts = [p for p in model.prompts if p]
+    assert prompts and all(period not in p for p in prompts)
+    text = model.tokenizer.decode
+    committed = session.state.output.committed
+    for p in prompts:  # each is the tail of the committed output after its last sentence end
+        assert any(tuple(committed[i : i + len(p)]) == p and (i == 0 or committed[i - 1] == period)
+                   for i in range(len(committed) - len(p) + 1)), text(p)
 
 
 @settings(max_examples=40, deadline=None)
@@ -207,6 +236,17 @@ def test_the_mt_stage_translates_sentence_by_sentence() -> None:
     stage.push("the cat sat.", 1000.0, 1100.0)
     stage.push(" a dog", 2000.0, 2100.0)
     assert stage.backend.calls[-1][0] == "the cat sat. a dog"  # type: ignore[attr-defined]
+
+
+def test_a_trimmed_cascade_stamps_its_last_emission_with_all_the_audio_read() -> None:
+    options = StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8)
+    cascade = CascadeSession(ToySpeechModel(), ScriptedMT(), options, MTOptions(policy=PolicyOptions.parse("la-1")))
+    audio = _speech(20)
+    out = [e for pos in range(0, 20_000, 1000) for e in cascade.push(audio[pos : pos + 1000])]
+    last = cascade.finish()
+    assert cascade.asr.state.offset == 16_000 and last  # trimmed twice; the rest translated at the end
+    times = [e.source_ms for e in out + last]
+    assert times == sorted(times) and times[-1] == 20_000.0  # the source's end, not the buffer's length (4 s)
 
 
 # ----------------------------------------------------------------------------------------- real Whisper
@@ -378,7 +418,10 @@ def test_the_final_decode_of_a_trimmed_stream_skips_a_silent_tail() -> None:
     model = load_model("whisper-tiny.en")
     german = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
     jfk = load_audio(JFK)
-    with_pause = Session(model, StreamOptions())
+    # (the whole previous text as prompt: tiny.en then ends jfk with "country." and the buffer is trimmed behind
+    # it, leaving only the pause; with the sentence's context alone it writes no period, nothing is trimmed, and
+    # the last buffer, speech and pause, goes to the no-speech judge instead)
+    with_pause = Session(model, StreamOptions(context_scope="all"))
     with_pause.push(np.concatenate([jfk, german[-int(3.4 * 16000) :]]))  # jfk, then 3.4 s of room noise
     assert with_pause.state.offset > 0 and with_pause.finish() == []
     assert with_pause.costs.extra.get("silent_tail_skips") == 1

@@ -268,6 +268,20 @@ def test_the_early_guard_is_on_by_default_when_transcribing_and_off_when_transla
     assert Session(TranslatingHesitantToy(), chosen).push(tone(500)) == []
 
 
+def test_the_context_scope_is_the_sentence_when_transcribing_and_all_when_translating() -> None:
+    base = options("hold-0")
+    assert base.context_scope == "auto"
+    assert Session(HesitantToy(), base).context_scope == "sentence"
+    assert Session(TranslatingHesitantToy(), base).context_scope == "all"
+    for scope in ("sentence", "all"):
+        chosen = dataclasses.replace(base, context_scope=scope)
+        assert Session(HesitantToy(), chosen).context_scope == scope
+        assert Session(TranslatingHesitantToy(), chosen).context_scope == scope
+    for field, wrong in (("context_scope", "paragraph"), ("context_tokens", -1), ("context_tokens", None)):
+        with pytest.raises(OptionError):
+            StreamOptions(**{field: wrong})  # type: ignore[arg-type]
+
+
 def test_the_no_speech_guard_skips_chunks_before_speech_and_never_the_final_one() -> None:
     model = SilenceAwareToy(guess_p=0.9)
     session = Session(model, options("hold-0", chunk_ms=500))

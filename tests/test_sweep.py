@@ -56,8 +56,11 @@ def test_apply_override_types_and_errors() -> None:
     assert apply_override(base, "early_logprob_threshold", "none").early_logprob_threshold is None
     off = dataclasses.replace(base, early_logprob_threshold=None)
     assert apply_override(off, "early_logprob_threshold", "-0.7").early_logprob_threshold == -0.7
+    assert apply_override(base, "context_scope", "all").context_scope == "all"
+    assert apply_override(base, "context_tokens", "0").context_tokens == 0
     for key, value in [("nope", "1"), ("search.nope", "1"), ("search.beam", "x"), ("search", "beam"),
-                       ("chunk_ms.x", "1"), ("search.beam", "0"), ("early_logprob_threshold", "often")]:
+                       ("chunk_ms.x", "1"), ("search.beam", "0"), ("early_logprob_threshold", "often"),
+                       ("context_scope", "paragraph"), ("context_tokens", "none")]:
         with pytest.raises(OptionError):
             apply_override(base, key, value)
     with pytest.raises(OptionError):

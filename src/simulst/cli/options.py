@@ -8,6 +8,7 @@ import dataclasses
 from typing import Literal
 
 from simulst.config import (
+    CONTEXT_SCOPES,
     EARLY_LOGPROB_WHEN_TRANSCRIBING,
     CtcPolicyOptions,
     ModelOptions,
@@ -95,9 +96,13 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-buffer-s", type=float, default=stream.max_buffer_s,
                        help=f"the audio buffer is never longer (default {stream.max_buffer_s:g}; at most the "
                             "model's window)")
-    group.add_argument("--context-tokens", type=int, default=100,
+    group.add_argument("--context-tokens", type=int, default=stream.context_tokens,
                        help="committed tokens before the buffer carried as the decoder's previous-text prompt "
-                            "(default 100; 0: none)")
+                            f"(default {stream.context_tokens}; 0: none)")
+    group.add_argument("--context-scope", choices=CONTEXT_SCOPES, default=stream.context_scope,
+                       help="which of them: all, or only the sentence the buffer starts in (cut off by a "
+                            "mid-sentence trim); default auto: sentence when transcribing (a transcribing "
+                            "Whisper copies earlier sentences from the prompt), all when translating")
     group.add_argument("--vad", action="store_true",
                        help="voice activity detection (Silero VAD): no decoding of silence, a segment is "
                             "committed when speech pauses, the context starts afresh after a long pause")
@@ -148,7 +153,8 @@ def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
         loop_guard=getattr(args, "loop_guard", True),
         segment_s=getattr(args, "segment_s", STREAM_DEFAULTS.segment_s),
         max_buffer_s=getattr(args, "max_buffer_s", STREAM_DEFAULTS.max_buffer_s),
-        context_tokens=getattr(args, "context_tokens", 100),
+        context_tokens=getattr(args, "context_tokens", STREAM_DEFAULTS.context_tokens),
+        context_scope=getattr(args, "context_scope", STREAM_DEFAULTS.context_scope),
         vad=getattr(args, "vad", False),
         vad_threshold=getattr(args, "vad_threshold", 0.5),
         vad_pause_ms=getattr(args, "vad_pause_ms", 1000.0),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,7 +115,8 @@ class Session(OutputView):
     buffer is longer than ``segment_s``, it is trimmed behind the last committed sentence end, which the model's
     token timing (:class:`~simulst.models.base.TokenTimer`) locates in the audio; the committed tokens before the
     cut leave the forced prefix and are carried as the previous-text prompt
-    (:class:`~simulst.models.base.PreviousTextPrompter`, ``context_tokens`` of them). When the buffer is full
+    (:class:`~simulst.models.base.PreviousTextPrompter`, ``context_tokens`` of them; with ``context_scope``
+    ``sentence``, only those of the sentence the buffer starts in). When the buffer is full
     with no committed sentence end, it is trimmed behind the last committed word; when nothing in it is
     committed (or the model has no token timing, or the policy commits only at the end), its best hypothesis is
     committed whole and the buffer emptied. Nothing committed is ever retracted.
@@ -138,6 +140,7 @@ class Session(OutputView):
         self.segment_samples = min(self.max_buffer, round(self.options.segment_s * rate))
         translates = isinstance(model, TaskedModel) and model.task == "translate"
         self.early_logprob_threshold = self.options.early_threshold(translates)
+        self.context_scope = self.options.context_in_force(translates)
         first = self.options.initial_wait_ms or self.options.chunk_ms
         self.state = StreamState(np.zeros(rate * 4, dtype=np.float32), next_decode=max(1, round(first * rate / 1000)))
         self.vad: VoiceActivity | None = None
@@ -331,8 +334,10 @@ class Session(OutputView):
             st.prompt = tuple(self.model.prompt(enc, st.costs))
         prompt = st.prompt
         before = tuple(st.output.committed[: st.base])
-        earlier = before[st.context_from :]
-        if earlier and self.options.context_tokens and isinstance(self.model, PreviousTextPrompter):
+        earlier = before[st.context_from :][-self.options.context_tokens :] if self.options.context_tokens else ()
+        if self.context_scope == "sentence":
+            earlier = earlier[self._sentence_start(earlier) :]
+        if earlier and isinstance(self.model, PreviousTextPrompter):
             prompt = (*self.model.previous_text(earlier, self.options.context_tokens), *prompt)
         seconds = audio.shape[0] / self.model.sample_rate
         budget = self.options.search.max_new_tokens or math.ceil(seconds * self.options.search.max_tokens_per_s + 10)
@@ -346,6 +351,16 @@ class Session(OutputView):
         if before:  # the policies and the commit path see whole outputs
             hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
         return Decoded(read, hyps, enc, prompt)
+
+    def _sentence_start(self, tokens: Sequence[int]) -> int:
+        """Where the last sentence of ``tokens`` starts: after the last token that ends a sentence (0: none)."""
+        for i in range(len(tokens) - 1, -1, -1):
+            if self._ends_sentence(tokens[i]):
+                return i + 1
+        return 0
+
+    def _ends_sentence(self, token: int) -> bool:
+        return self.model.tokenizer.decode([token]).rstrip().endswith(SENTENCE_ENDS)
 
     def _draft(self) -> tuple[int, ...]:
         """What the last decode's best hypothesis had after the committed output (the searcher's draft)."""
@@ -369,8 +384,7 @@ class Session(OutputView):
         best = decoded.hyps[0].tokens[st.base :]
         if tuple(best[: len(in_buffer)]) != tuple(in_buffer):
             return  # (a decode that ignored the prefix cannot time it)
-        tokenizer = self.model.tokenizer
-        ends = [i for i, t in enumerate(in_buffer) if tokenizer.decode([t]).rstrip().endswith(SENTENCE_ENDS)]
+        ends = [i for i, t in enumerate(in_buffer) if self._ends_sentence(t)]
         if ends:
             last = ends[-1]
         elif samples + self.chunk_samples > self.max_buffer:
