@@ -19,6 +19,9 @@ Computation-aware time comes from one of two clocks (the run's ``@clock``):
   stamped with the wall clock. A 10-minute talk takes 10 minutes.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--runs en:default,en:vad,de:default,en:default@realtime,...]
+
+``--phases K`` instead streams each run's talk on K chunk grids shifted by k/K of a chunk (source clock) and writes
+``bench/results/longform_phases.md``: one grid's WER is one draw of where the chunk boundaries fall.
 """
 
 from __future__ import annotations
@@ -307,12 +310,72 @@ def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
     return path
 
 
+PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "StreamLAAL", "trims"]
+
+
+def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str, Any]]:
+    """The talk streamed on ``phases`` chunk grids, shifted by k/``phases`` of a chunk (``initial_wait_ms`` = chunk
+    x (1 + k/phases), k = 0 .. phases-1; k = 0 is the main table's grid), source clock: its quality and StreamLAAL
+    on each grid, then their mean, best and worst.
+
+    Why: which early guesses two consecutive hypotheses agree on, and so where the buffer is trimmed, depends on
+    where the chunk boundaries fall in the speech; one grid's WER is one draw of that (``bench/performance.py``
+    measures the same over the 6 utterances)."""
+    name, model_options = TALKS[talk]
+    stream_options, model_changes = CONFIGS[config]
+    engine = SpeechEngine.load(dataclasses.replace(model_options, **model_changes))
+    audio = load_audio(sets / f"{name}.wav")
+    references = read_reference_sentences(sets / f"{name}.sentences.txt")
+    segments = read_segmentation(sets / f"{name}.yaml")
+    quality_key = "BLEU" if model_options.task == "translate" else "WER_norm"
+    first = stream_options.initial_wait_ms or stream_options.chunk_ms
+    rows: list[dict[str, Any]] = []
+    for k in range(phases):
+        options = dataclasses.replace(stream_options, initial_wait_ms=first + k * stream_options.chunk_ms / phases)
+        out = stream_talk(engine, options, audio)
+        record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=name,
+                                source_length=audio.shape[0] / 16.0, reference=" ".join(references))
+        report = score_longform([record], references, segments, LongformOptions())
+        rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
+                     "quality": report.scores[quality_key], "StreamLAAL": _seconds(report.scores["StreamLAAL"]),
+                     "trims": out["costs"].extra.get("trims", 0)})
+        print(markdown_table([rows[-1]], PHASE_COLUMNS).splitlines()[-1], flush=True)
+    for label, pick in (("mean", statistics.fmean), ("best", min if quality_key == "WER_norm" else max),
+                        ("worst", max if quality_key == "WER_norm" else min)):
+        rows.append({"talk": name, "config": config, "phase": label,
+                     "quality": pick([r["quality"] for r in rows[:phases]])}
+                    | ({"StreamLAAL": statistics.fmean(r["StreamLAAL"] for r in rows[:phases])}
+                       if label == "mean" else {}))
+    return rows
+
+
+def write_phases(rows: list[dict[str, Any]], phases: int, load_before: float) -> None:
+    write_csv(RESULTS / "longform_phases.csv", rows, PHASE_COLUMNS)
+    lines = [
+        "# Long-form streaming over chunk phases",
+        "",
+        f"Written by `bench/longform.py --phases {phases}`: each run's talk streamed on {phases} chunk grids shifted "
+        f"by k/{phases} of a chunk (`initial_wait_ms` = chunk x (1 + k/{phases}); phase 0 is the grid of "
+        "`longform.md`), source clock. `quality`: WER after resegmentation (%) for `en-talk`, BLEU for `de-talk`; "
+        "StreamLAAL in seconds. Where the chunk boundaries fall decides which early guesses two consecutive "
+        "hypotheses agree on and where the buffer is trimmed, so one grid's figure is one draw: compare means.",
+        "",
+        f"Run: {machine_note(load_before)} (quality does not depend on the machine's speed).",
+        "",
+        markdown_table(rows, PHASE_COLUMNS),
+    ]
+    write_report(RESULTS / "longform_phases.md", "\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default=DEFAULT_RUNS,
                         help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, de; configs: "
                              f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
+    parser.add_argument("--phases", type=int, default=0,
+                        help="instead: stream each run's talk on this many shifted chunk grids and write "
+                             "bench/results/longform_phases.md (source clock; default 0: the main benchmark)")
     args = parser.parse_args()
     load_before = load_average()
     if not (args.sets / "en-talk.wav").is_file():
@@ -326,6 +389,11 @@ def main() -> None:
             raise SystemExit(f"bad run {spec!r}: TALK:CONFIG[@CLOCK] with TALK in {list(TALKS)}, CONFIG in "
                              f"{list(CONFIGS)}, CLOCK in {list(CLOCKS)}")
         runs.append((talk, config, clock))
+    if args.phases > 0:
+        RESULTS.mkdir(exist_ok=True)
+        write_phases([row for talk, config, _ in runs for row in phase_rows(talk, config, args.sets, args.phases)],
+                     args.phases, load_before)
+        return
     rows, all_series = [], {}
     for talk, config, clock in runs:
         row, series = run(talk, config, clock, args.sets)
