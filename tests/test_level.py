@@ -3,17 +3,25 @@ recording."""
 
 from __future__ import annotations
 
+import doctest
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulst.audio import level
 from simulst.audio.io import load_audio
 from simulst.audio.level import MAX_GAIN, normalize_level, peak_gain
 from simulst.cli.options import add_stream_arguments, stream_options_from_args
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import OptionError
 from tests.shared_assets import DATA, WHISPER_TINY_EN, needs_shared
+
+
+def test_the_docstring_examples_hold() -> None:
+    result = doctest.testmod(level)
+    assert result.attempted >= 2 and result.failed == 0
 
 
 def test_hand_worked_gains() -> None:
