@@ -46,6 +46,8 @@ from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOpt
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.longform import (
     LongformOptions,
+    LongformReport,
+    Segment,
     read_reference_sentences,
     read_segmentation,
     score_longform,
@@ -219,21 +221,44 @@ def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: lis
     return texts
 
 
+@dataclasses.dataclass(frozen=True)
+class Talk:
+    """A run's talk, loaded: its model and stream options, engine, audio, reference sentences and segmentation."""
+
+    name: str
+    wav: Path
+    model_options: ModelOptions
+    stream_options: StreamOptions
+    engine: SpeechEngine
+    audio: np.ndarray
+    references: list[str]
+    segments: list[Segment]
+
+    @classmethod
+    def load(cls, talk: str, config: str, sets: Path) -> Talk:
+        name, model_options = TALKS[talk]
+        stream_options, model_changes = CONFIGS[config]
+        model_options = dataclasses.replace(model_options, **model_changes)
+        wav = sets / f"{name}.wav"
+        return cls(name, wav, model_options, stream_options, SpeechEngine.load(model_options), load_audio(wav),
+                   read_reference_sentences(sets / f"{name}.sentences.txt"),
+                   read_segmentation(sets / f"{name}.yaml"))
+
+    def score(self, out: dict[str, Any], computation_aware: bool) -> LongformReport:
+        """The long-form report of one stream's output (``stream_talk``'s dict) against the reference sentences."""
+        record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=str(self.wav),
+                                source_length=self.audio.shape[0] / 16.0, reference=" ".join(self.references))
+        return score_longform([record], self.references, self.segments,
+                              LongformOptions(computation_aware=computation_aware))
+
+
 def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    name, model_options = TALKS[talk]
-    stream_options, model_changes = CONFIGS[config]
-    model_options = dataclasses.replace(model_options, **model_changes)
-    wav = sets / f"{name}.wav"
-    audio = load_audio(wav)
-    references = read_reference_sentences(sets / f"{name}.sentences.txt")
-    segments = read_segmentation(sets / f"{name}.yaml")
-    engine = SpeechEngine.load(model_options)
+    loaded = Talk.load(talk, config, sets)
+    name, model_options, stream_options = loaded.name, loaded.model_options, loaded.stream_options
+    engine, audio, references, segments = loaded.engine, loaded.audio, loaded.references, loaded.segments
     out = (stream_talk_realtime if clock == "realtime" else stream_talk)(engine, stream_options, audio)
-    record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=str(wav),
-                            source_length=audio.shape[0] / 16.0, reference=" ".join(references))
     translate = model_options.task == "translate"
-    report = score_longform([record], references, segments,
-                            LongformOptions(computation_aware=True))
+    report = loaded.score(out, computation_aware=True)
     offline = offline_per_utterance(engine, audio, segments)
     same_search = (offline if stream_options.search == SearchOptions()
                    else offline_per_utterance(engine, audio, segments, stream_options.search))
@@ -321,21 +346,15 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str
     Why: which early guesses two consecutive hypotheses agree on, and so where the buffer is trimmed, depends on
     where the chunk boundaries fall in the speech; one grid's WER is one draw of that (``bench/performance.py``
     measures the same over the 6 utterances)."""
-    name, model_options = TALKS[talk]
-    stream_options, model_changes = CONFIGS[config]
-    engine = SpeechEngine.load(dataclasses.replace(model_options, **model_changes))
-    audio = load_audio(sets / f"{name}.wav")
-    references = read_reference_sentences(sets / f"{name}.sentences.txt")
-    segments = read_segmentation(sets / f"{name}.yaml")
-    quality_key = "BLEU" if model_options.task == "translate" else "WER_norm"
+    loaded = Talk.load(talk, config, sets)
+    name, stream_options = loaded.name, loaded.stream_options
+    quality_key = "BLEU" if loaded.model_options.task == "translate" else "WER_norm"
     first = stream_options.initial_wait_ms or stream_options.chunk_ms
     rows: list[dict[str, Any]] = []
     for k in range(phases):
         options = dataclasses.replace(stream_options, initial_wait_ms=first + k * stream_options.chunk_ms / phases)
-        out = stream_talk(engine, options, audio)
-        record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=name,
-                                source_length=audio.shape[0] / 16.0, reference=" ".join(references))
-        report = score_longform([record], references, segments, LongformOptions())
+        out = stream_talk(loaded.engine, options, loaded.audio)
+        report = loaded.score(out, computation_aware=False)
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
                      "quality": report.scores[quality_key], "StreamLAAL": _seconds(report.scores["StreamLAAL"]),
                      "trims": out["costs"].extra.get("trims", 0)})
@@ -391,7 +410,8 @@ def main() -> None:
         runs.append((talk, config, clock))
     if args.phases > 0:
         RESULTS.mkdir(exist_ok=True)
-        write_phases([row for talk, config, _ in runs for row in phase_rows(talk, config, args.sets, args.phases)],
+        pairs = dict.fromkeys((talk, config) for talk, config, _ in runs)  # the clock plays no part on phases
+        write_phases([row for talk, config in pairs for row in phase_rows(talk, config, args.sets, args.phases)],
                      args.phases, load_before)
         return
     rows, all_series = [], {}
