@@ -160,6 +160,16 @@ def test_a_model_without_timing_commits_full_buffers_whole() -> None:
     assert session.state.offset == 24_000
 
 
+def test_a_full_buffer_is_committed_whole_however_unsure_the_model_is() -> None:
+    # the low-confidence guard holds back early commits that a later decode can improve; a full buffer's audio is
+    # dropped after its commit, so no later decode will read it again: its words are committed, not dropped
+    options = StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8, logprob_threshold=-0.01, loop_guard=False)
+    session = Session(ToySpeechModel(), options)  # (every toy token has probability 0.9: log-prob -0.1, unsure)
+    shown = "".join(e.text for pos in range(0, 20_000, 1000) for e in session.push(_speech(20)[pos : pos + 1000]))
+    assert session.costs.extra["segment_commits"] == 2 and session.costs.extra["unsure_skips"] > 0
+    assert shown.count("the cat sat on the mat") == 2  # each dropped buffer's sentence was committed first
+
+
 def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_context() -> None:
     model = TimedToy()
     # (the toy says its sentence again in every buffer: no loop guard, which would rightly cut the repetition)
@@ -485,3 +495,17 @@ def test_vad_skips_silence_and_commits_at_pauses() -> None:
     chunks = audio.shape[0] // session.chunk_samples
     chunk_decodes = session.costs.encoder_calls - session.costs.extra["vad_segments"] - 1  # - segment ends, final
     assert chunk_decodes <= chunks - 8  # the silence (8 s first, 1 s pauses) is not decoded (21 of 32 seen)
+
+
+@pytest.mark.real
+@needs_shared
+def test_a_short_vad_segment_is_committed_however_unsure_the_model_is() -> None:
+    pytest.importorskip("silero_vad")
+    from simulst.models.loading import load_model
+
+    # jfk's "ask not" is a segment of its own at 0.5 s pauses; tiny.en reads it with a mean log-probability under
+    # the early guard's -0.7, and the segment end used to drop it with the audio ("fellow Americans. What your")
+    session = Session(load_model("whisper-tiny.en"), StreamOptions(vad=True, vad_pause_ms=500))
+    feed_fast(session, load_audio(JFK))
+    assert session.costs.extra["vad_segments"] >= 3
+    assert "americans ask not what your country" in normalize_for_wer(session.text)

@@ -404,7 +404,9 @@ class Session(OutputView):
         end a long window's text early: the rest of the audio stays for the next decode, as openai/whisper seeks
         to its last timestamp), or the whole buffer."""
         st = self.state
-        decoded = self._decode(st.samples, final=True, guarded=True)
+        # (no low-confidence guard: the audio is dropped below and never read again, so its words, however unsure,
+        # are committed rather than lost)
+        decoded = self._decode(st.samples, final=True, guarded=True, sure_only=False)
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("segment_commits")
         cut = self._text_end(decoded)
@@ -452,8 +454,9 @@ class Session(OutputView):
         if cut <= 0 or not st.speech_in_buffer:
             st.speech_in_buffer = False  # (its speech was trimmed away behind committed text already)
             return []
-        # decided now, with the source read so far (the pause had to be heard): stamped with that time
-        decoded = dataclasses.replace(self._decode(cut, final=True, guarded=True), read=st.read)
+        # decided now, with the source read so far (the pause had to be heard): stamped with that time; no
+        # low-confidence guard, as the segment's audio is dropped (a short segment such as jfk's "ask not" is unsure)
+        decoded = dataclasses.replace(self._decode(cut, final=True, guarded=True, sure_only=False), read=st.read)
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("vad_segments")
         self._drop(cut, len(st.output.committed))
