@@ -13,7 +13,6 @@ passes are memory-bound and do). Results: ``bench/results/batch_throughput.md``.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import english_set, machine_note, markdown_table, write_csv, write_report
+from common import english_set, load_average, machine_note, markdown_table, speed_anchor_ms, write_csv, write_report
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.models.whisper import WhisperModel
 from simulst.streaming.batching import Batcher, SerialRunner
@@ -63,7 +62,8 @@ def main() -> None:
     parser.add_argument("--model-args", default="--window audio --policy ctc")
     parser.add_argument("--out", default=str(RESULTS / "batch_throughput.md"))
     args = parser.parse_args()
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
+    anchor_ms = speed_anchor_ms()
     options_parser = argparse.ArgumentParser()
     add_stream_arguments(options_parser)
     parsed = options_parser.parse_args(shlex.split(args.model_args))
@@ -103,7 +103,7 @@ def main() -> None:
         "",
         f"`python bench/batch_throughput.py --streams {args.streams} --model-args \"{args.model_args}\"`",
         "",
-        f"Machine: {machine_note()}; load average {load_before:.2f} before the run.",
+        f"Machine: {machine_note(load_before, anchor_ms)}.",
         "",
         "N streams of the 6 shared English utterances (cycled), every stream's next chunk submitted together, "
         "one stream at a time (serial) or batched; wall seconds for all the audio, and the part of it spent in "

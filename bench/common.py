@@ -102,17 +102,55 @@ def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
-def machine_note(load_before: float | None = None) -> str:
+def speed_anchor_ms(repeats: int = 5) -> float | None:
+    """The machine's speed, so that timings taken on different days can be compared: CTranslate2's encoder (the
+    engine of faster-whisper, not ours, so our changes never move it) running Whisper tiny.en over a 30 s window
+    (jfk, padded), median milliseconds with torch's thread count; None where ``ctranslate2`` or the model is
+    missing. Read it before a timed run starts, as the load average.
+
+    Why: this shared machine's speed drifts from day to day by as much as 1.4x (the encoder took 319 ms on one day
+    and 442 ms on another), more than many of the differences a timing table is read for."""
+    import torch
+
+    try:
+        import ctranslate2
+    except ImportError:
+        return None
+    from simulst.errors import ModelLoadError
+    from simulst.models.catalog import resolve
+    from simulst.models.mel import log_mel_spectrogram
+
+    try:
+        path = resolve("whisper-tiny.en")
+    except ModelLoadError:  # (the model is not installed: no anchor)
+        return None
+    mel = log_mel_spectrogram(torch.from_numpy(load_audio(DATA / "audio" / "jfk" / "jfk.wav")), 80, 3000)
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.unsqueeze(0).numpy()))
+    model = ctranslate2.models.Whisper(str(path), device="cpu", compute_type="float32",
+                                       intra_threads=torch.get_num_threads())
+    model.encode(features)  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.encode(features)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000.0
+
+
+def machine_note(load_before: float | None = None, anchor_ms: float | None = None) -> str:
     """One line on where and when a benchmark ran (the machine is shared: timings are noisy).
 
     ``load_before``: the load average read before the benchmark started (a quiet machine reads well under 1;
-    the value at the end includes the benchmark's own threads).
+    the value at the end includes the benchmark's own threads). ``anchor_ms``: :func:`speed_anchor_ms`, read
+    before the start.
     """
     before = "" if load_before is None else f"{load_before:.2f} before the start, "
+    anchor = "" if anchor_ms is None else (f", speed anchor {anchor_ms:.0f} ms (CTranslate2's tiny.en encoder on a "
+                                           "30 s window, before the start: lower is a faster machine)")
     return (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, load average {before}{load_average():.1f} at the end, torch threads "
-        f"{os.environ.get('OMP_NUM_THREADS', 'default')}"
+        f"{os.environ.get('OMP_NUM_THREADS', 'default')}{anchor}"
     )
 
 

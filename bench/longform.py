@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average, machine_note, markdown_table, write_csv, write_report
+from common import load_average, machine_note, markdown_table, speed_anchor_ms, write_csv, write_report
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
@@ -414,6 +414,7 @@ def main() -> None:
         write_phases([row for talk, config in pairs for row in phase_rows(talk, config, args.sets, args.phases)],
                      args.phases, load_before)
         return
+    anchor_ms = speed_anchor_ms()
     rows, all_series = [], {}
     for talk, config, clock in runs:
         row, series = run(talk, config, clock, args.sets)
@@ -445,7 +446,7 @@ def main() -> None:
         "talk repeats its 6 utterances: a prompt of whole earlier sentences then often holds the very sentence "
         "that comes next, which tiny.en tends to copy.",
         "",
-        f"Run: {machine_note(load_before)}.",
+        f"Run: {machine_note(load_before, anchor_ms)}.",
         "",
         markdown_table(rows, COLUMNS),
         "",

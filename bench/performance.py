@@ -38,7 +38,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Item, english_set, load_average, machine_note, markdown_table, stream, write_csv, write_report
+from common import (
+    Item,
+    english_set,
+    load_average,
+    machine_note,
+    markdown_table,
+    speed_anchor_ms,
+    stream,
+    write_csv,
+    write_report,
+)
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.latency import average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
@@ -200,6 +210,7 @@ def main() -> None:
                         help="chunk-grid shifts per configuration for the WER over phases (0: skip; default 6)")
     args = parser.parse_args()
     load_before = load_average()
+    anchor_ms = None if args.no_anchor or args.list else speed_anchor_ms()
     configs = _configs()
     if args.list:
         for c in configs:
@@ -220,11 +231,12 @@ def main() -> None:
         rows.append(row)
         print(markdown_table([rows[-1]], STREAM_COLUMNS).splitlines()[-1], flush=True)
     speed = [] if args.no_anchor else engine_speed(items[0].audio)
-    write(rows, speed, args.phases, args.out, load_before)
+    write(rows, speed, args.phases, args.out, load_before, anchor_ms)
 
 
 def write(
-    rows: list[dict[str, Any]], speed: list[dict[str, Any]], phases: int, out: Path, load_before: float
+    rows: list[dict[str, Any]], speed: list[dict[str, Any]], phases: int, out: Path, load_before: float,
+    anchor_ms: float | None = None,
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(out.with_suffix(".csv"), rows, STREAM_COLUMNS)
@@ -240,7 +252,7 @@ def write(
         "16 utterances incl. these 6): WER 7.2 %, AL_CA 2.70 s, RTF 0.5-0.6. Target: WER <= 6 %, AL_CA <= 1.4 s, "
         "RTF <= 0.25 with no flags.",
         "",
-        f"Run: {machine_note(load_before)}.",
+        f"Run: {machine_note(load_before, anchor_ms)}.",
         "",
         markdown_table(rows, STREAM_COLUMNS),
         "",

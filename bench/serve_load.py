@@ -40,7 +40,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Item, english_set, machine_note, markdown_table, write_csv, write_report
+from common import (
+    Item,
+    english_set,
+    load_average,
+    machine_note,
+    markdown_table,
+    speed_anchor_ms,
+    write_csv,
+    write_report,
+)
 from simulst.config import StreamOptions
 from simulst.evaluation.latency import average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
@@ -183,7 +192,8 @@ def main() -> None:
                         help="the servers' chunk (staggers the clients; default: the default chunk)")
     parser.add_argument("--out", default=str(RESULTS / "serve_load.md"))
     args = parser.parse_args()
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
+    anchor_ms = speed_anchor_ms()
     items = english_set()
     clients = [int(n) for n in args.clients.split(",")]
     extra = shlex.split(args.server_args)
@@ -204,7 +214,7 @@ def main() -> None:
         f"`python bench/serve_load.py --clients {args.clients} --modes {args.modes}"
         + (f" --server-args \"{args.server_args}\"" if args.server_args else "") + "`",
         "",
-        f"Machine: {machine_note()}; load average {load_before:.2f} before the run.",
+        f"Machine: {machine_note(load_before, anchor_ms)}.",
         "",
         "Each client streams one of the 6 shared English utterances (jfk + fleurs-en-dev) at the pace of a live "
         "speaker in 100 ms frames; the server runs in its own process. AL_CA: each word's delay is the client's "

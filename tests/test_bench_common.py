@@ -1,0 +1,30 @@
+"""The benchmarks' machine note: the load average and the speed anchor that make timings from different days
+comparable (bench/common.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.shared_assets import needs_shared
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from common import machine_note, speed_anchor_ms
+
+
+def test_the_machine_note_records_the_load_and_the_speed_anchor() -> None:
+    note = machine_note(0.25, 321.4)
+    assert "load average 0.25 before the start" in note
+    assert "speed anchor 321 ms (CTranslate2's tiny.en encoder on a 30 s window" in note
+    assert "speed anchor" not in machine_note(0.25)
+
+
+@pytest.mark.real
+@needs_shared
+def test_the_speed_anchor_times_ctranslate2s_encoder() -> None:
+    pytest.importorskip("ctranslate2")
+    anchor = speed_anchor_ms(repeats=1)
+    assert anchor is not None and anchor > 0.0  # (a duration: its size is the machine's, never asserted)
