@@ -5,7 +5,10 @@ exactly the emissions (text and source time), final text and work counters recor
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -22,12 +25,28 @@ pytestmark = [pytest.mark.real, needs_shared]
 RECORDED: dict[str, Any] = json.loads(OUTPUTS.read_text(encoding="utf-8"))
 
 
+def _golden_run(config: Config, only: tuple[str, ...] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One configuration's outputs and its speech stage's (for the cascade), in a worker process: one thread, as
+    recorded, and the worker's own models, loaded once per variant."""
+    torch.set_num_threads(1)
+    speech_stage: dict[str, Any] = {}
+    return run(config, _WORKER_MODELS, only, speech_stage), speech_stage
+
+
+_WORKER_MODELS: dict[tuple[str, str, bool], Any] = {}
+
+
 @pytest.fixture(scope="module")
-def models() -> Iterator[dict[tuple[str, str, bool], Any]]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as recorded: the same reduction order, bit for bit
-    yield {}
-    torch.set_num_threads(threads)
+def golden_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[tuple[dict[str, Any], dict[str, Any]]]]]:
+    """The selected configurations run in worker processes, two at a time on two cores or more: each stream runs
+    on one thread (as recorded, bit for bit), so two processes use both cores and halve this module's time."""
+    selected = [item.callspec.params["config"] for item in request.session.items
+                if item.module is not None and item.module.__name__ == __name__ and hasattr(item, "callspec")
+                and "config" in item.callspec.params]
+    slowest_first = sorted(selected, key=lambda c: (c.window != "full" or c.policy == "offline", c.search == "greedy"))
+    workers = max(1, min(2, os.cpu_count() or 1, len(selected)))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield {c.name: pool.submit(_golden_run, c, checked_utterances(c)) for c in slowest_first}
 
 
 def test_every_configuration_was_recorded() -> None:
@@ -58,11 +77,12 @@ def test_the_cascade_speech_stage_is_a_recorded_configuration() -> None:
 
 
 @pytest.mark.parametrize("config", CHECKED, ids=[c.name for c in CHECKED])
-def test_outputs_equal_the_recorded_ones(config: Config, models: dict[tuple[str, str, bool], Any]) -> None:
-    torch.set_num_threads(1)
+def test_outputs_equal_the_recorded_ones(
+    config: Config, golden_runs: dict[str, Future[tuple[dict[str, Any], dict[str, Any]]]]
+) -> None:
     only = checked_utterances(config)
-    speech_stage: dict[str, Any] = {}
-    got = {config.name: run(config, models, only, speech_stage)}
+    runs, speech_stage = golden_runs[config.name].result()
+    got = {config.name: runs}
     if config.cascade:
         got[SPEECH_OF_CASCADE.name] = speech_stage
     for name, runs in got.items():
