@@ -16,8 +16,9 @@ import argparse
 import shlex
 import sys
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ ENCODER = ("encode_many",)
 DECODER = ("no_speech_prob", "no_speech_many", "start", "start_many", "step", "step_many")
 
 
-def timed(model: WhisperModel, spent: Counter[str]) -> None:
+def timed(model: WhisperModel, spent: defaultdict[str, float]) -> None:
     """Count the wall time of the model's encoder and decoder calls (nested calls counted once)."""
     depth = {"n": 0}
     for name in (*ENCODER, *DECODER):
@@ -70,7 +71,7 @@ def main() -> None:
     model = model_from_args(parsed)
     assert isinstance(model, WhisperModel)
     options = stream_options_from_args(parsed)
-    spent: Counter[str] = Counter()
+    spent: defaultdict[str, float] = defaultdict(float)
     timed(model, spent)
     items = english_set()
     rows: list[dict[str, object]] = []
@@ -84,7 +85,7 @@ def main() -> None:
             step = sessions[0].chunk_samples
             began = time.perf_counter()
             for pos in range(0, max(i.audio.shape[0] for i in chosen), step):
-                runner.run([(lambda s=s, a=i.audio, p=pos: s.push(a[p : p + step]))  # noqa: B023 (run at once)
+                runner.run([partial(s.push, i.audio[pos : pos + step])
                             for s, i in zip(sessions, chosen, strict=True) if pos < i.audio.shape[0]])
             runner.run([s.finish for s in sessions])
             row[f"{name} s"] = time.perf_counter() - began

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -30,13 +29,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DATA, WHISPER_TINY_EN, machine_note, markdown_table
+from common import DATA, WHISPER_TINY_EN, machine_note, markdown_table, seconds
 from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.manifest import TestItem, read_manifest
 from simulst.evaluation.quality import normalize_for_wer, wer
-from simulst.evaluation.runner import EvalOptions, run_instance
+from simulst.evaluation.runner import AudioLoader, EvalOptions, run_instance
 from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.models.base import Encoded, SpeechModel
 from simulst.models.loading import load_model
@@ -116,6 +115,15 @@ def english_items() -> list[TestItem]:
     return [item for name in ("jfk.tsv", "fleurs-en-dev.tsv") for item in read_manifest(DATA / name)]
 
 
+def _preloaded(audio: np.ndarray) -> AudioLoader:
+    """An audio loader that returns ``audio``, loaded once per utterance for every configuration."""
+
+    def load(_path: Path, _rate: int) -> np.ndarray:
+        return audio
+
+    return load
+
+
 def run_all(
     model: SpeechModel, items: Sequence[TestItem], grid: Sequence[Config]
 ) -> dict[Config, list[InstanceRecord]]:
@@ -128,8 +136,8 @@ def run_all(
         audio = load_audio(item.audio, model.sample_rate)
         started = time.perf_counter()
         for config in grid:
-            record = run_instance(SpeechEngine(shared), config.options(), item, index, eval_options,  # type: ignore[arg-type]
-                                  load=lambda _path, _rate, a=audio: a)
+            record = run_instance(SpeechEngine(shared), config.options(), item, index, eval_options,
+                                  load=_preloaded(audio))
             records[config].append(record)
         print(f"{item.id}: {len(grid)} configurations in {time.perf_counter() - started:.0f} s", flush=True)
     return records
@@ -145,9 +153,9 @@ def summarize(config: Config, records: Sequence[InstanceRecord]) -> dict[str, An
         "policy": config.policy,
         "chunk_ms": int(config.chunk_ms) if config.policy != "offline" else "-",
         "WER": scores.get("WER_norm"),
-        "AL": _seconds(scores.get("AL")),
-        "LAAL": _seconds(scores.get("LAAL")),
-        "AL_CA": _seconds(scores.get("AL_CA")),
+        "AL": seconds(scores.get("AL")),
+        "LAAL": seconds(scores.get("LAAL")),
+        "AL_CA": seconds(scores.get("AL_CA")),
         "RTF": scores.get("ComputeRTF"),
         "dec_passes": total["decoder_calls"],
         "dec_positions": total["decoder_positions"],
@@ -155,10 +163,6 @@ def summarize(config: Config, records: Sequence[InstanceRecord]) -> dict[str, An
         "emissions": scores.get("Emissions"),
         "empty": scores.get("EmptyOutputs"),
     }
-
-
-def _seconds(ms: Any) -> float:
-    return float(ms) / 1000.0 if isinstance(ms, int | float) else math.nan
 
 
 def add_relative(rows: list[dict[str, Any]]) -> None:
@@ -195,12 +199,12 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(rows)
     with (RESULTS / f"{stem}_outputs.tsv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-        writer.writerow(["search", "carry", "policy", "chunk_ms", "id", "WER", "decoder_calls", "text"])
+        tsv = csv.writer(f, delimiter="\t", lineterminator="\n")
+        tsv.writerow(["search", "carry", "policy", "chunk_ms", "id", "WER", "decoder_calls", "text"])
         for c in grid:
             for r in records[c]:
                 text = str(r.simulst.get("text", ""))
-                writer.writerow([c.search, c.carry, c.policy, int(c.chunk_ms), r.simulst.get("id"),
+                tsv.writerow([c.search, c.carry, c.policy, int(c.chunk_ms), r.simulst.get("id"),
                                  f"{wer([text], [r.reference or ''], normalize_for_wer):.1f}",
                                  r.simulst.get("decoder_calls"), text])
     header = (

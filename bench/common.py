@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import platform
 import statistics
@@ -95,6 +96,11 @@ def score(items: Sequence[Item], runs: Sequence[Run]) -> dict[str, float]:
         "encoder_calls": float(sum(r.costs.encoder_calls for r in runs)),
         "empty": float(sum(1 for r in runs if not r.text)),
     }
+
+
+def seconds(ms: float | None) -> float:
+    """Milliseconds as seconds; NaN for a score that had nothing to score (None)."""
+    return math.nan if ms is None else ms / 1000.0
 
 
 def load_average() -> float:

@@ -118,7 +118,7 @@ def main() -> None:
                 model = with_head if options.policy.name == "ctc" else plain
                 for _ in range(args.repeats):
                     model.encode_cpu = 0.0
-                    result = stream_cpu(model, options, item.audio)  # type: ignore[arg-type]
+                    result = stream_cpu(model, options, item.audio)
                     if best is None or result[2] < best[2]:
                         best, best_encode = result, model.encode_cpu
                 assert best is not None
@@ -131,8 +131,9 @@ def main() -> None:
             metrics = score(items, runs[spec])
             al_ca_cpu = [average_lagging(e, item.source_ms, len(item.transcript.split()))
                          for e, item in zip(elapsed[spec], items, strict=True) if e]
-            search = "greedy" if "/" not in spec else spec.split("/")[1].upper() + "-8"
-            row: dict[str, object] = {"window": window, "policy": LABELS.get(spec, spec), "search": search, **metrics}
+            search_label = "greedy" if "/" not in spec else spec.split("/")[1].upper() + "-8"
+            row: dict[str, object] = {"window": window, "policy": LABELS.get(spec, spec), "search": search_label,
+                                      **metrics}
             row["AL_CA_cpu"] = statistics.fmean(al_ca_cpu) / 1000 if al_ca_cpu else float("nan")
             row["RTF_cpu"] = cpu[spec] / audio_s
             row["RTF_dec_cpu"] = (cpu[spec] - encode_cpu[spec]) / audio_s

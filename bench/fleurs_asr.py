@@ -24,7 +24,7 @@ from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, machine_note, markdown_table, write_csv
+from common import DATA, machine_note, markdown_table, seconds, write_csv
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LANGUAGES = ("de", "fr", "es", "pt")
@@ -62,8 +62,8 @@ def _row(config: str, chunk_ms: float, language: str, records: list[Any]) -> dic
     compute = sum(r.extra["simulst"]["compute_ms"] for r in records) / 1000.0
     source = sum(r.source_length for r in records) / 1000.0
     return {"config": config, "chunk_ms": "" if config == "offline" else int(chunk_ms), "language": language,
-            "utterances": len(records), "WER": report.scores["WER_norm"], "AL": report.scores["AL"] / 1000.0,
-            "AL_CA": report.scores["AL_CA"] / 1000.0, "RTF": compute / source,
+            "utterances": len(records), "WER": report.scores["WER_norm"], "AL": seconds(report.scores["AL"]),
+            "AL_CA": seconds(report.scores["AL_CA"]), "RTF": compute / source,
             "decoder_passes": sum(r.extra["simulst"]["decoder_calls"] for r in records)}
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.runner import EvalOptions, run_instance
@@ -28,7 +29,7 @@ from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, machine_note, markdown_table, write_csv, write_report
+from common import DATA, machine_note, markdown_table, seconds, write_csv, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LANGUAGES = ("de", "fr")
@@ -89,7 +90,8 @@ def main() -> None:
             if flag == "noguard":
                 options = dataclasses.replace(options, no_speech_threshold=None, logprob_threshold=None,
                                               early_logprob_threshold=None)
-            records, started, source_s = [], time.perf_counter(), 0.0
+            records: list[InstanceRecord] = []
+            started, source_s = time.perf_counter(), 0.0
             compute = passes = no_speech = unsure = 0.0
             for lang in LANGUAGES:
                 for item in sets[lang]:
@@ -105,10 +107,10 @@ def main() -> None:
                 no_speech += extra.get("no_speech_skips", 0)
                 unsure += extra.get("unsure_skips", 0)
             scores = report.scores
-            row = {"config": str(policy), "chunk_ms": "" if policy.name == "offline" else int(chunk),
+            row: dict[str, object] = {"config": str(policy), "chunk_ms": "" if policy.name == "offline" else int(chunk),
                    "guards": "off" if flag == "noguard" else "on", "BLEU": scores["BLEU"], "chrF": scores["chrF"],
-                   "AL": scores["AL"] / 1000.0, "LAAL": scores["LAAL"] / 1000.0,
-                   "AL_CA": scores["AL_CA"] / 1000.0, "RTF": compute / source_s, "decoder_passes": int(passes),
+                   "AL": seconds(scores["AL"]), "LAAL": seconds(scores["LAAL"]),
+                   "AL_CA": seconds(scores["AL_CA"]), "RTF": compute / source_s, "decoder_passes": int(passes),
                    "no_speech_skips": int(no_speech), "unsure_skips": int(unsure),
                    "empty": scores.get("EmptyOutputs", 0)}
             rows.append(row)

@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average, machine_note, markdown_table, speed_anchor_ms, write_csv, write_report
+from common import load_average, machine_note, markdown_table, seconds, speed_anchor_ms, write_csv, write_report
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.instances import InstanceRecord
@@ -202,10 +202,6 @@ def stream_talk_realtime(engine: SpeechEngine, options: StreamOptions, audio: np
             "costs": timed.costs}
 
 
-def _seconds(ms: float | None) -> float:
-    return float("nan") if ms is None else ms / 1000.0
-
-
 def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: list[Any],
                           search: SearchOptions | None = None) -> list[str]:
     """Each reference sentence's audio decoded offline on its own (the per-utterance reference point), with the
@@ -290,7 +286,7 @@ def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any],
         "talk": name, "config": config, "clock": clock, "minutes": audio.shape[0] / 16000 / 60,
         "quality": quality, "offline_per_utterance": reference_point,
         "offline_same_search": same_search_point,
-        "StreamLAAL": _seconds(report.scores["StreamLAAL"]), "StreamLAAL_CA": _seconds(report.scores["StreamLAAL_CA"]),
+        "StreamLAAL": seconds(report.scores["StreamLAAL"]), "StreamLAAL_CA": seconds(report.scores["StreamLAAL_CA"]),
         "first_min_AL": mean_al(minutes[0]), "last_min_AL": mean_al(minutes[-1]),
         "first_min_AL_CA": statistics.fmean(per_minute[minutes[0]]),
         "last_min_AL_CA": statistics.fmean(per_minute[minutes[-1]]),
@@ -356,7 +352,7 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str
         out = stream_talk(loaded.engine, options, loaded.audio)
         report = loaded.score(out, computation_aware=False)
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
-                     "quality": report.scores[quality_key], "StreamLAAL": _seconds(report.scores["StreamLAAL"]),
+                     "quality": report.scores[quality_key], "StreamLAAL": seconds(report.scores["StreamLAAL"]),
                      "trims": out["costs"].extra.get("trims", 0)})
         print(markdown_table([rows[-1]], PHASE_COLUMNS).splitlines()[-1], flush=True)
     for label, pick in (("mean", statistics.fmean), ("best", min if quality_key == "WER_norm" else max),
