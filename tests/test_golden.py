@@ -25,15 +25,15 @@ pytestmark = [pytest.mark.real, needs_shared]
 RECORDED: dict[str, Any] = json.loads(OUTPUTS.read_text(encoding="utf-8"))
 
 
+_WORKER_MODELS: dict[tuple[str, str, bool], Any] = {}  # (a worker process's models, by variant)
+
+
 def _golden_run(config: Config, only: tuple[str, ...] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """One configuration's outputs and its speech stage's (for the cascade), in a worker process: one thread, as
     recorded, and the worker's own models, loaded once per variant."""
     torch.set_num_threads(1)
     speech_stage: dict[str, Any] = {}
     return run(config, _WORKER_MODELS, only, speech_stage), speech_stage
-
-
-_WORKER_MODELS: dict[tuple[str, str, bool], Any] = {}
 
 
 @pytest.fixture(scope="module")

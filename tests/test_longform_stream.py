@@ -165,7 +165,8 @@ def test_a_full_buffer_is_committed_whole_however_unsure_the_model_is() -> None:
     # dropped after its commit, so no later decode will read it again: its words are committed, not dropped
     options = StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8, logprob_threshold=-0.01, loop_guard=False)
     session = Session(ToySpeechModel(), options)  # (every toy token has probability 0.9: log-prob -0.1, unsure)
-    shown = "".join(e.text for pos in range(0, 20_000, 1000) for e in session.push(_speech(20)[pos : pos + 1000]))
+    audio = _speech(20)
+    shown = "".join(e.text for pos in range(0, 20_000, 1000) for e in session.push(audio[pos : pos + 1000]))
     assert session.costs.extra["segment_commits"] == 2 and session.costs.extra["unsure_skips"] > 0
     assert shown.count("the cat sat on the mat") == 2  # each dropped buffer's sentence was committed first
 
