@@ -8,9 +8,10 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,35 @@ def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
+def median_s(fn: Callable[[], object], repeats: int) -> float:
+    """The median wall time of ``repeats`` calls of ``fn`` (seconds), after one warm-up call."""
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ct2_whisper(audio: np.ndarray, compute_type: str = "float32") -> tuple[Any, Any]:
+    """CTranslate2's Whisper on the tiny.en weights (torch's thread count) and ``audio``'s log-mel features padded
+    to the 30 s window, as CTranslate2 takes them. Raises ImportError without ``ctranslate2`` and ModelLoadError
+    without the model."""
+    import ctranslate2
+    import torch
+
+    from simulst.models.catalog import resolve
+    from simulst.models.mel import log_mel_spectrogram
+
+    path = resolve("whisper-tiny.en")
+    mel = log_mel_spectrogram(torch.from_numpy(audio), 80, 3000)
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.unsqueeze(0).numpy()))
+    model = ctranslate2.models.Whisper(str(path), device="cpu", compute_type=compute_type,
+                                       intra_threads=torch.get_num_threads())
+    return model, features
+
+
 def speed_anchor_ms(repeats: int = 5) -> float | None:
     """The machine's speed, so that timings taken on different days can be compared: CTranslate2's encoder (the
     engine of faster-whisper, not ours, so our changes never move it) running Whisper tiny.en over a 30 s window
@@ -116,31 +146,13 @@ def speed_anchor_ms(repeats: int = 5) -> float | None:
 
     Why: this shared machine's speed drifts from day to day by as much as 1.4x (the encoder took 319 ms on one day
     and 442 ms on another), more than many of the differences a timing table is read for."""
-    import torch
-
-    try:
-        import ctranslate2
-    except ImportError:
-        return None
     from simulst.errors import ModelLoadError
-    from simulst.models.catalog import resolve
-    from simulst.models.mel import log_mel_spectrogram
 
     try:
-        path = resolve("whisper-tiny.en")
-    except ModelLoadError:  # (the model is not installed: no anchor)
+        model, features = ct2_whisper(load_audio(DATA / "audio" / "jfk" / "jfk.wav"))
+    except (ImportError, ModelLoadError):  # (no ctranslate2, or the model is not installed: no anchor)
         return None
-    mel = log_mel_spectrogram(torch.from_numpy(load_audio(DATA / "audio" / "jfk" / "jfk.wav")), 80, 3000)
-    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.unsqueeze(0).numpy()))
-    model = ctranslate2.models.Whisper(str(path), device="cpu", compute_type="float32",
-                                       intra_threads=torch.get_num_threads())
-    model.encode(features)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model.encode(features)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000.0
+    return median_s(lambda: model.encode(features), repeats) * 1000.0
 
 
 def machine_note(load_before: float | None = None, anchor_ms: float | None = None) -> str:

@@ -28,8 +28,6 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
     Item,
+    ct2_whisper,
     english_set,
     load_average,
     machine_note,
     markdown_table,
+    median_s,
     speed_anchor_ms,
     stream,
     write_csv,
@@ -52,9 +52,7 @@ from common import (
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.latency import average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
-from simulst.models.catalog import resolve
 from simulst.models.loading import load_model
-from simulst.models.mel import log_mel_spectrogram
 from simulst.models.whisper import WhisperModel
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_realtime
@@ -150,16 +148,6 @@ def phase_wers(engine: SpeechEngine, options: StreamOptions, items: list[Item], 
     return {"WER_phases_mean": statistics.fmean(wers), "WER_phases_best": min(wers), "WER_phases_worst": max(wers)}
 
 
-def _median_s(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def engine_speed(audio: np.ndarray, repeats: int = 7) -> list[dict[str, Any]]:
     """Our encoder call and decoder step against CTranslate2's on the same weights (full 30 s window)."""
     return [_speed_row(audio, compute_type, precision, repeats)
@@ -167,25 +155,20 @@ def engine_speed(audio: np.ndarray, repeats: int = 7) -> list[dict[str, Any]]:
 
 
 def _speed_row(audio: np.ndarray, compute_type: str, precision: str, repeats: int) -> dict[str, Any]:
-    import ctranslate2
-
-    mel = log_mel_spectrogram(torch.from_numpy(audio), 80, 3000)
-    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.unsqueeze(0).numpy()))
-    ct2 = ctranslate2.models.Whisper(str(resolve(MODEL)), device="cpu", compute_type=compute_type,
-                                     intra_threads=torch.get_num_threads())
+    ct2, features = ct2_whisper(audio, compute_type)
     ours = load_model(MODEL, window="full", precision=precision)
     assert isinstance(ours, WhisperModel)
     costs = Costs()
-    ct2_encode = _median_s(lambda: ct2.encode(features), repeats)
-    our_encode = _median_s(lambda: ours.encode(audio, costs), repeats)
+    ct2_encode = median_s(lambda: ct2.encode(features), repeats)
+    our_encode = median_s(lambda: ours.encode(audio, costs), repeats)
     prompt = [ours.sot_id, ours.no_timestamps_id]
     result = ct2.generate(features, [prompt], beam_size=1, max_length=448)
     n_tokens = len(result[0].sequences_ids[0]) + 1  # + <|endoftext|>
-    ct2_generate = _median_s(lambda: ct2.generate(features, [prompt], beam_size=1, max_length=448), repeats)
+    ct2_generate = median_s(lambda: ct2.generate(features, [prompt], beam_size=1, max_length=448), repeats)
     ct2_step = (ct2_generate - ct2_encode) / n_tokens
     _, state = ours.start(ours.encode(audio, costs), list(range(300, 340)), costs)
     token = torch.tensor([400])
-    our_step = _median_s(lambda: ours.step(state, token, costs), repeats * 5)
+    our_step = median_s(lambda: ours.step(state, token, costs), repeats * 5)
     row = {"precision": f"ours {precision} / CT2 {compute_type}", "our_encoder_ms": our_encode * 1000,
            "ct2_encoder_ms": ct2_encode * 1000, "encoder_ratio": our_encode / ct2_encode,
            "our_step_ms": our_step * 1000, "ct2_step_ms": ct2_step * 1000, "step_ratio": our_step / ct2_step}
