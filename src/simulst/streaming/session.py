@@ -194,7 +194,7 @@ class Session(OutputView):
         # a trimmed stream's last buffer may hold only the pause after a committed sentence: the VAD checks above
         # and the no-speech guard keep Whisper from hallucinating there (" you"); an untrimmed stream's final
         # decode stays offline decoding
-        decoded = self._decode(st.samples, final=True, guarded=st.offset > 0, sure_only=False)
+        decoded = self._decode(st.samples, final=True, guarded=st.offset > 0)
         emission = self._commit(decoded, final=True)
         return [] if emission is None else [emission]
 
@@ -233,9 +233,13 @@ class Session(OutputView):
                 self._trim(decoded, boundary - st.offset, eager)
         return out
 
-    def _decode(self, samples: int, final: bool, guarded: bool | None = None, sure_only: bool = True) -> Decoded:
-        """Search the first ``samples`` of the buffer (``guarded``: apply the no-speech guard, and with
-        ``sure_only`` the low-confidence guard; default: when not ``final``)."""
+    def _decode(self, samples: int, final: bool, guarded: bool | None = None) -> Decoded:
+        """Search the first ``samples`` of the buffer (``guarded``: apply the no-speech guard, and when not ``final``
+        the low-confidence guard; default: when not ``final``).
+
+        A ``final`` decode is committed whole and its audio is never read again (the source's end, a VAD segment's
+        end, a full buffer): the low-confidence guard, which holds back early commits a later decode can improve,
+        would drop its words unread (jfk's "ask not", a segment of its own at 0.5 s pauses)."""
         st = self.state
         guarded = not final if guarded is None else guarded
         start = time.perf_counter()
@@ -248,7 +252,7 @@ class Session(OutputView):
         else:
             decoded = self._search(audio, final, guarded)
         st.last_decoded, st.last_hyps = read, decoded.hyps
-        if decoded.hyps and guarded and sure_only and self._unsure(decoded.hyps[0], samples):
+        if decoded.hyps and guarded and not final and self._unsure(decoded.hyps[0], samples):
             decoded = Decoded(read, [], decoded.enc, decoded.prompt)
         st.costs.compute_s += time.perf_counter() - start
         return decoded
@@ -404,9 +408,7 @@ class Session(OutputView):
         end a long window's text early: the rest of the audio stays for the next decode, as openai/whisper seeks
         to its last timestamp), or the whole buffer."""
         st = self.state
-        # (no low-confidence guard: the audio is dropped below and never read again, so its words, however unsure,
-        # are committed rather than lost)
-        decoded = self._decode(st.samples, final=True, guarded=True, sure_only=False)
+        decoded = self._decode(st.samples, final=True, guarded=True)
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("segment_commits")
         cut = self._text_end(decoded)
@@ -454,9 +456,8 @@ class Session(OutputView):
         if cut <= 0 or not st.speech_in_buffer:
             st.speech_in_buffer = False  # (its speech was trimmed away behind committed text already)
             return []
-        # decided now, with the source read so far (the pause had to be heard): stamped with that time; no
-        # low-confidence guard, as the segment's audio is dropped (a short segment such as jfk's "ask not" is unsure)
-        decoded = dataclasses.replace(self._decode(cut, final=True, guarded=True, sure_only=False), read=st.read)
+        # decided now, with the source read so far (the pause had to be heard): stamped with that time
+        decoded = dataclasses.replace(self._decode(cut, final=True, guarded=True), read=st.read)
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("vad_segments")
         self._drop(cut, len(st.output.committed))
