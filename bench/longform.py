@@ -66,6 +66,7 @@ TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
 # config -> (stream options, model options changed from the talk's)
 CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
     "default": (StreamOptions(), {}), "vad": (StreamOptions(vad=True), {}),
+    "vad-2s": (StreamOptions(vad=True, chunk_ms=2000.0, segment_s=10.0, max_buffer_s=16.0), {}),
     "segment-10": (StreamOptions(segment_s=10.0, max_buffer_s=16.0), {}),
     "window-full": (StreamOptions(), {"window": "full"}),
     "context-all": (StreamOptions(context_scope="all"), {}),
@@ -74,7 +75,8 @@ CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
     "vad-beam5": (StreamOptions(vad=True, search=SearchOptions("beam", beam=5)), {}),
 }
 CLOCKS = ("simulated", "realtime")
-DEFAULT_RUNS = "en:default,en:default@realtime,en:vad,en:context-all,en:context-0,en:vad-context-0,de:default"
+DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:vad-2s@realtime,en:context-all,en:context-0,"
+                "en:vad-context-0,de:default")
 COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "offline_same_search",
            "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL", "first_min_AL_CA", "last_min_AL_CA",
            "chunk_p50_ms", "chunk_p95_ms",
@@ -434,7 +436,9 @@ def main() -> None:
         "`first/last_min_AL(_CA)`: mean StreamLAAL (and _CA) of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
         "Stream options are the defaults (LA-2, 600 ms chunks, the audio window, `--segment-s 5 --max-buffer-s 8`; "
-        "`vad`: `--vad`; `segment-10`: `--segment-s 10 --max-buffer-s 16`; `window-full`: `--window full`; "
+        "`vad`: `--vad`; `vad-2s`: `--vad --chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate "
+        "long-form configuration: fewer, later commits and fewer trims in mid-sentence; `segment-10`: "
+        "`--segment-s 10 --max-buffer-s 16`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "

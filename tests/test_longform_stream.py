@@ -7,10 +7,12 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulst.audio.io import load_audio
+from simulst.audio.vad import VoiceEvent
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import Encoded, PreviousTextPrompter, TokenTimer
@@ -24,7 +26,7 @@ from simulst.streaming.session import Session
 from simulst.types import Costs
 from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared
 from tests.test_cascade_mt_stage import ScriptedMT
-from tests.toy import ToySpeechModel
+from tests.toy import ToySpeechModel, ToyState
 
 # ----------------------------------------------------------------------------------------- the loop guard
 
@@ -107,8 +109,8 @@ class TimedToy(ToySpeechModel):
 
     frame_samples = 20
 
-    def __init__(self) -> None:
-        super().__init__("the cat sat on the mat .", ms_per_word=700)
+    def __init__(self, sentence: str = "the cat sat on the mat .") -> None:
+        super().__init__(sentence, ms_per_word=700)
         self.prompts: list[tuple[int, ...]] = []
 
     def token_starts(self, enc: Encoded, prompt: Sequence[int], tokens: Sequence[int], costs: Costs) -> list[int]:
@@ -208,6 +210,51 @@ def test_the_sentence_context_carries_only_the_sentence_a_trim_cut_through() -> 
     for p in prompts:  # each is the tail of the committed output after its last sentence end
         assert any(tuple(committed[i : i + len(p)]) == p and (i == 0 or committed[i - 1] == period)
                    for i in range(len(committed) - len(p) + 1)), text(p)
+
+
+class ScriptedVoice:
+    """A stand-in for :class:`~simulst.audio.vad.VoiceActivity`: speech throughout, except pauses (start, end)
+    in source samples; each pause's end of speech is reported once the pause has been heard, as Silero's is."""
+
+    def __init__(self, pauses: Sequence[tuple[int, int]]) -> None:
+        self.read, self.speaking = 0, True
+        self.script = sorted([(end, VoiceEvent("end", start)) for start, end in pauses]
+                             + [(end, VoiceEvent("start", end)) for _, end in pauses], key=lambda e: e[0])
+
+    def feed(self, audio: np.ndarray) -> list[VoiceEvent]:
+        self.read += audio.shape[0]
+        events = [event for at, event in self.script if at <= self.read]
+        self.script = [(at, event) for at, event in self.script if at > self.read]
+        if events:
+            self.speaking = events[-1].kind == "start"
+        return events
+
+
+class PromptedToy(TimedToy):
+    """The timed toy that records the previous-text prompt of every search."""
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs,
+              prompt: Sequence[int] | None = None) -> tuple[torch.Tensor, ToyState]:
+        self.prompts.append(tuple(prompt or ()))
+        return super().start(enc, prefix, costs, prompt)
+
+
+def test_a_vad_pause_ends_the_sentence_of_the_prompt_full_stop_or_not() -> None:
+    # Whisper often writes no full stop at a segment's end; the sentence scope used to keep every such segment in
+    # the prompt (100 tokens of them), and tiny.en copied their words into the next ("them as foreigners")
+    for scope, carried in (("sentence", False), ("all", True)):
+        model = PromptedToy("the cat sat on the mat")
+        session = Session(model, StreamOptions(chunk_ms=1000, segment_s=10, max_buffer_s=16, loop_guard=False,
+                                               context_scope=scope))  # type: ignore[arg-type]
+        session.vad = ScriptedVoice([(6000, 7000), (13000, 14000)])  # type: ignore[assignment]
+        session.state.speech_in_buffer = True
+        _check_stream(session, _speech(20), [1000] * 20)
+        assert session.costs.extra == {"vad_segments": 2, "trims": 2}  # (the segment ends: their audio dropped)
+        assert session.text.count("the cat sat on the mat") == 3
+        after_pause = model.prompts[-1]  # (the last search, in the third segment)
+        assert bool(after_pause) is carried, scope
+        if carried:
+            assert model.tokenizer.decode(list(after_pause)).count("the cat sat on the mat") == 2
 
 
 @settings(max_examples=40, deadline=None)

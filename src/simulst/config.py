@@ -195,7 +195,8 @@ class StreamOptions:
         context_tokens: how many committed tokens before the buffer go into the previous-text prompt (0: none).
         context_scope: which of them: ``all`` (the last ``context_tokens`` committed before the buffer, as
             openai/whisper conditions on previous text) or ``sentence`` (only those of the sentence the buffer
-            starts in, cut off by a mid-sentence trim; none after a sentence end). ``auto`` (the default):
+            starts in, cut off by a mid-sentence trim; none after a sentence end, or after a VAD pause that ended
+            a segment, full stop written or not). ``auto`` (the default):
             ``sentence`` when the model transcribes, ``all`` when it translates (:meth:`context_in_force`). Why: a
             transcribing Whisper copies earlier sentences from the prompt into the next (tiny.en, the 10.9-minute
             English talk of ``bench/longform.py``: WER 10.8 % with ``all``, 8.4 % with ``sentence``, 9.1 % with

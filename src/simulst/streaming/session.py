@@ -460,6 +460,10 @@ class Session(OutputView):
         decoded = dataclasses.replace(self._decode(cut, final=True, guarded=True), read=st.read)
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("vad_segments")
+        if self.context_scope == "sentence":
+            # the pause ends the sentence for the prompt, full stop written or not (else an unpunctuated segment
+            # keeps every sentence before it in the prompt, and Whisper copies their words into the next)
+            st.context_from = len(st.output.committed)
         self._drop(cut, len(st.output.committed))
         st.speech_in_buffer = False
         return [] if emission is None else [emission]
