@@ -162,15 +162,19 @@ def test_a_model_without_timing_commits_full_buffers_whole() -> None:
     assert session.state.offset == 24_000
 
 
-def test_a_full_buffer_is_committed_whole_however_unsure_the_model_is() -> None:
-    # the low-confidence guard holds back early commits that a later decode can improve; a full buffer's audio is
-    # dropped after its commit, so no later decode will read it again: its words are committed, not dropped
-    options = StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8, logprob_threshold=-0.01, loop_guard=False)
-    session = Session(ToySpeechModel(), options)  # (every toy token has probability 0.9: log-prob -0.1, unsure)
+@pytest.mark.parametrize("threshold", [-0.5, -0.01])
+def test_a_full_buffer_is_committed_whole_when_the_model_is_sure_and_counted_when_not(threshold: float) -> None:
+    # a full buffer that nothing could be trimmed from is committed whole and its audio dropped; when the
+    # low-confidence guard finds that hypothesis unsure (mostly a hallucination loop, which would also become the
+    # next buffers' prompt) it is not committed, and the drop is counted
+    options = StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8, logprob_threshold=threshold, loop_guard=False)
+    session = Session(ToySpeechModel(), options)  # (every toy token has probability 0.9: log-prob -0.1)
     audio = _speech(20)
     shown = "".join(e.text for pos in range(0, 20_000, 1000) for e in session.push(audio[pos : pos + 1000]))
-    assert session.costs.extra["segment_commits"] == 2 and session.costs.extra["unsure_skips"] > 0
-    assert shown.count("the cat sat on the mat") == 2  # each dropped buffer's sentence was committed first
+    assert session.costs.extra["segment_commits"] == 2 and session.state.offset == 16_000
+    sure = threshold < -0.1
+    assert shown.count("the cat sat on the mat") == (2 if sure else 0)
+    assert session.costs.extra.get("unsure_buffer_drops", 0) == (0 if sure else 2)
 
 
 def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_context() -> None:
