@@ -251,7 +251,7 @@ def test_a_vad_pause_ends_the_sentence_of_the_prompt_full_stop_or_not() -> None:
         session = Session(model, StreamOptions(chunk_ms=1000, segment_s=10, max_buffer_s=16, loop_guard=False,
                                                context_scope=scope))  # type: ignore[arg-type]
         session.vad = ScriptedVoice([(6000, 7000), (13000, 14000)])  # type: ignore[assignment]
-        session.state.speech_in_buffer = True
+        session.state.speech_in_buffer = True  # (speech from the first sample: no start event comes)
         _check_stream(session, _speech(20), [1000] * 20)
         assert session.costs.extra == {"vad_segments": 2, "trims": 2}  # (the segment ends: their audio dropped)
         assert session.text.count("the cat sat on the mat") == 3

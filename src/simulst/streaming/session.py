@@ -411,9 +411,9 @@ class Session(OutputView):
         st = self.state
         decoded = self._decode(st.samples, final=True, guarded=True)
         if decoded.hyps and self._unsure(decoded.hyps[0], st.samples):
-            # 8 s of speech with nothing agreed on, read with low confidence: mostly a hallucination loop, which
-            # committed whole would also become the prompt of the next buffers (Whisper base, the German talk of
-            # bench/longform.py: BLEU 10.9 and 100 loop cuts committing it, 14.1 and 21 not); counted, not silent
+            # a full buffer of speech with nothing agreed on, read with low confidence: mostly a hallucination loop,
+            # which committed whole would also become the prompt of the next buffers (Whisper base, the German talk
+            # of bench/longform.py: BLEU 10.9 and 100 loop cuts committing it, 14.1 and 21 not); counted, not silent
             decoded = Decoded(decoded.read, [], decoded.enc, decoded.prompt)
             st.costs.count("unsure_buffer_drops")
         emission = self._commit(decoded, final=False, whole=True)
