@@ -54,7 +54,7 @@ class StreamState:
         offset: source samples trimmed off the front of the buffer so far (long-form streaming).
         base: committed tokens that belong to audio before the buffer (the rest are forced as the prefix).
         context_from: the previous-text prompt carries committed tokens from here to ``base`` (reset by a long
-            pause, with VAD).
+            pause, with VAD; with the sentence scope, by every VAD segment end).
         speech_in_buffer: with VAD: the buffer holds speech (else it is not decoded).
         pause_from: with VAD: where the current pause began (None while speaking).
         output: the committed tokens, text and emissions.
