@@ -1,6 +1,7 @@
 """Golden equality: every policy × search family gives, on the real Whisper tiny.en and the shared English speech,
 exactly the emissions (text and source time), final text and work counters recorded before the core redesign
-(``tests/golden/record.py`` wrote ``tests/golden/outputs.json`` with the code of that time)."""
+(``tests/golden/record.py`` wrote ``tests/golden/outputs.json`` with the code of that time); the int8
+configuration, whose kernels round differently on different CPUs, near them (see ``INT8``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import soundfile as sf
 import torch
 
 from simulst.evaluation.quality import normalize_for_wer, wer
-from tests.golden.record import CONFIGS, OUTPUTS, Config, run
+from tests.golden.record import CHUNK_MS, CONFIGS, OUTPUTS, Config, run
 from tests.shared_assets import english_items, needs_shared
 
 pytestmark = [pytest.mark.real, needs_shared]
@@ -90,7 +91,32 @@ def test_outputs_equal_the_recorded_ones(
         assert sorted(runs) == sorted(only if only is not None else want_all), name
         for uid, want in want_all.items():
             if only is None or uid in only:
-                assert runs[uid] == want, f"{name} / {uid}"
+                if name in INT8:
+                    _assert_near(runs[uid], want, f"{name} / {uid}")
+                else:
+                    assert runs[uid] == want, f"{name} / {uid}"
+
+
+# torch's dynamic int8 kernels (fbgemm) take the CPU's own instruction path (AVX2, AVX-512, VNNI), whose rounding
+# differs from one CPU to another: on an AMD EPYC the int8 configuration's outputs (recorded on another CPU) were
+# equal on 4 of the 6 utterances; on fleurs-en-002 a word came a chunk earlier (14 more decoder calls), on
+# fleurs-en-004 "and can fly." ended it where the recording has "and confluence.", and jfk took 61 decoder calls
+# for 69 recorded. On any CPU, its outputs are held near the recording: the same encoder calls (the chunking), at
+# most 2 words of the text changed, every emission at a chunk boundary or the end, in order, decoder counters
+# within 20 %. Every fp32 configuration is checked exactly.
+INT8 = {c.name for c in CONFIGS if c.precision == "int8"}
+
+
+def _assert_near(got: dict[str, Any], want: dict[str, Any], where: str) -> None:
+    assert got["encoder_calls"] == want["encoder_calls"], where
+    words = len(want["text"].split())
+    assert wer([got["text"]], [want["text"]], normalize_for_wer) * words / 100 <= 2 + 1e-9, where
+    assert "".join(text for text, _ in got["emissions"]) == got["text"], where
+    times = [ms for _, ms in got["emissions"]]
+    end = want["emissions"][-1][1]  # (the source's end: the final decode's time)
+    assert times == sorted(times) and all(ms % CHUNK_MS == 0 or ms == end for ms in times), where
+    for counter in ("decoder_calls", "decoder_positions"):
+        assert abs(got[counter] - want[counter]) <= 0.2 * want[counter], (where, counter)
 
 
 def test_the_recorded_outputs_stream_and_keep_quality() -> None:
