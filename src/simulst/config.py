@@ -189,8 +189,10 @@ class StreamOptions:
             behind the last committed sentence end (located in the audio by the model's token timing) once at
             least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
         max_buffer_s: the buffer is never longer: at this length it is trimmed behind the last committed word,
-            and when nothing in it is committed yet, its best hypothesis is committed whole and it is emptied
-            (not committed when the low-confidence guard finds it unsure: counted as ``unsure_buffer_drops``).
+            and when nothing in it is committed yet, its best hypothesis is committed whole and it is trimmed
+            behind that text (not committed when the low-confidence guard finds it unsure: counted as
+            ``unsure_buffer_drops``; when the text starts more than 3 s into the buffer, the audio before it is
+            decoded alone and committed first: ``skipped_starts``).
             At most the model's window; the offline policy (which commits only at the end) always uses the whole
             window, so a source that fits it is decoded at once.
         context_tokens: how many committed tokens before the buffer go into the previous-text prompt (0: none).

@@ -44,6 +44,17 @@ from simulst.types import Costs, Emission, Hypothesis
 
 
 @dataclass
+class Decoded:
+    """One decode of the buffer: the source samples read then (since the stream began), the hypotheses (over
+    the whole committed output), the encoding and the decoder prompt it used."""
+
+    read: int
+    hyps: list[Hypothesis]
+    enc: Encoded | None = None
+    prompt: tuple[int, ...] = ()
+
+
+@dataclass
 class StreamState:
     """All mutable data of one stream.
 
@@ -63,7 +74,7 @@ class StreamState:
         prompt: the decoder prompt, fixed at the first decode (None before).
         costs: work counters.
         chunks: number of non-final decodes that produced hypotheses.
-        last_decoded: source sample count of the last decode; with ``last_hyps``, its hypotheses.
+        last: the last decode (its encoding too: a decode of the same source again reuses it whole).
         finished: True after :meth:`Session.finish`.
     """
 
@@ -81,25 +92,13 @@ class StreamState:
     prompt: tuple[int, ...] | None = None
     costs: Costs = field(default_factory=Costs)
     chunks: int = 0
-    last_decoded: int = -1
-    last_hyps: list[Hypothesis] = field(default_factory=list)
+    last: Decoded = field(default_factory=lambda: Decoded(-1, []))
     finished: bool = False
 
     @property
     def read(self) -> int:
         """Source samples read since the stream began."""
         return self.offset + self.samples
-
-
-@dataclass
-class Decoded:
-    """One decode of the buffer: the source samples read then (since the stream began), the hypotheses (over
-    the whole committed output), the encoding and the decoder prompt it used."""
-
-    read: int
-    hyps: list[Hypothesis]
-    enc: Encoded | None = None
-    prompt: tuple[int, ...] = ()
 
 
 class Session(OutputView):
@@ -248,11 +247,11 @@ class Session(OutputView):
         read = st.offset + samples
         if samples == 0 or is_silent(audio):
             decoded = Decoded(read, [])
-        elif read == st.last_decoded and st.last_hyps and (not final or not self.searcher.final_differs):
-            decoded = Decoded(read, st.last_hyps)  # the source did not grow since the last decode: same result
+        elif read == st.last.read and st.last.hyps and (not final or not self.searcher.final_differs):
+            decoded = st.last  # the source did not grow since the last decode: same result
         else:
             decoded = self._search(audio, final, guarded)
-        st.last_decoded, st.last_hyps = read, decoded.hyps
+        st.last = decoded
         if decoded.hyps and guarded and not final and self._unsure(decoded.hyps[0], samples):
             decoded = Decoded(read, [], decoded.enc, decoded.prompt)
         st.costs.compute_s += time.perf_counter() - start
@@ -370,9 +369,9 @@ class Session(OutputView):
     def _draft(self) -> tuple[int, ...]:
         """What the last decode's best hypothesis had after the committed output (the searcher's draft)."""
         st = self.state
-        if not self.options.search.draft or not st.last_hyps:
+        if not self.options.search.draft or not st.last.hyps:
             return ()
-        best, committed = st.last_hyps[0].tokens, st.output.committed
+        best, committed = st.last.hyps[0].tokens, st.output.committed
         if len(best) <= len(committed) or list(best[: len(committed)]) != committed:
             return ()
         return tuple(best[len(committed) :])
@@ -410,7 +409,14 @@ class Session(OutputView):
         for the next decode, as openai/whisper seeks to its last timestamp), or the whole buffer."""
         st = self.state
         decoded = self._decode(st.samples, final=True, guarded=True)
-        if decoded.hyps and self._unsure(decoded.hyps[0], st.samples):
+        skipped = self._skipped(decoded)  # (0: none)
+        if skipped:
+            # Whisper read only the end of the buffer (a confusing start: a trim cut into a word, say) and skipped
+            # the speech before its text, which committing the text and dropping the buffer would lose unread: the
+            # skipped audio is decoded alone and committed first; the rest stays for the next chunks
+            st.costs.count("skipped_starts")
+            decoded = dataclasses.replace(self._decode(skipped, final=True, guarded=True), read=st.read)
+        if decoded.hyps and self._unsure(decoded.hyps[0], skipped or st.samples):
             # a full buffer of speech with nothing agreed on, read with low confidence: mostly a hallucination loop,
             # which committed whole would also become the prompt of the next buffers (Whisper base, the German talk
             # of bench/longform.py: BLEU 10.9 and 100 loop cuts committing it, 14.1 and 21 not); counted, not silent
@@ -418,12 +424,26 @@ class Session(OutputView):
             st.costs.count("unsure_buffer_drops")
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("segment_commits")
-        cut = self._text_end(decoded)
-        if cut is None or cut < MIN_TAIL_S * self.model.sample_rate or st.samples - cut < self.chunk_samples:
-            cut = st.samples  # (too little left, or too little read: the whole buffer, so the stream goes on)
+        end = skipped or self._text_end(decoded)  # (skipped: what Whisper did read stays, to be decoded again)
+        cut = end if end is not None and (skipped or MIN_TAIL_S * self.model.sample_rate <= end
+                                          <= st.samples - self.chunk_samples) else st.samples
+        # (else too little left, or too little read: the whole buffer, so the stream goes on)
         self._drop(cut, len(st.output.committed))
         st.speech_in_buffer = cut < st.samples or (self.vad is not None and self.vad.speaking)
         return [] if emission is None else [emission]
+
+    def _skipped(self, decoded: Decoded) -> int:
+        """Buffer samples before the best hypothesis's text starts, when nothing in the buffer is committed and its
+        first token spans more than ``SKIPPED_START_S`` of audio (Whisper skipped what came before it); else 0."""
+        st = self.state
+        if st.base < len(st.output.committed) or not decoded.hyps or decoded.enc is None:
+            return 0
+        tokens = decoded.hyps[0].tokens[st.base :]
+        if len(tokens) < 2 or not isinstance(self.model, TokenTimer):
+            return 0
+        starts = self.model.token_starts(decoded.enc, decoded.prompt, tokens, st.costs)
+        second = int(starts[1]) * self.model.frame_samples
+        return second if second > SKIPPED_START_S * self.model.sample_rate and second < st.samples else 0
 
     def _text_end(self, decoded: Decoded) -> int | None:
         """Buffer samples up to where the best hypothesis's text ends in the audio (None: no token timing)."""
@@ -483,10 +503,11 @@ class Session(OutputView):
         st.offset += cut
         st.base = base
         st.search = SearchState()
-        st.last_decoded, st.last_hyps = -1, []
+        st.last = Decoded(-1, [])
         if count:
             st.costs.count("trims")
 
 
 SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")
 MIN_TAIL_S = 3.0  # a trim before the buffer is full keeps at least this much audio after the cut
+SKIPPED_START_S = 3.0  # a full buffer's first token spanning more audio than this: Whisper skipped speech
