@@ -76,7 +76,7 @@ CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:vad-2s@realtime,en:context-all,en:context-0,"
-                "en:vad-context-0,de:default")
+                "en:vad-context-0,de:default,de:vad-2s")
 COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "offline_same_search",
            "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL", "first_min_AL_CA", "last_min_AL_CA",
            "chunk_p50_ms", "chunk_p95_ms",

@@ -424,10 +424,13 @@ class Session(OutputView):
             st.costs.count("unsure_buffer_drops")
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("segment_commits")
-        end = skipped or self._text_end(decoded)  # (skipped: what Whisper did read stays, to be decoded again)
-        cut = end if end is not None and (skipped or MIN_TAIL_S * self.model.sample_rate <= end
-                                          <= st.samples - self.chunk_samples) else st.samples
-        # (else too little left, or too little read: the whole buffer, so the stream goes on)
+        if skipped:
+            cut = skipped  # (what Whisper did read stays, to be decoded again)
+        else:
+            end = self._text_end(decoded)
+            least, most = MIN_TAIL_S * self.model.sample_rate, st.samples - self.chunk_samples
+            # (else too little read, or too little left: the whole buffer, so the stream goes on)
+            cut = end if end is not None and least <= end <= most else st.samples
         self._drop(cut, len(st.output.committed))
         st.speech_in_buffer = cut < st.samples or (self.vad is not None and self.vad.speaking)
         return [] if emission is None else [emission]
