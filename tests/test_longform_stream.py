@@ -427,11 +427,12 @@ def test_a_minute_of_english_with_the_offline_policy_is_decoded_in_window_sized_
     session = Session(load_model("whisper-tiny.en", window="audio", precision="int8"), options)
     feed_fast(session, audio)
     # 58 s: the offline policy's buffer is the model's 30 s window; each full window is committed whole and trimmed
-    # behind where its text ends (the rest stays: tiny.en ends the first window's text after jfk's 11 s), so a
-    # second full window (a first dropped whole would leave 28 s: none), then the rest at the end
-    assert 2 <= session.costs.extra["segment_commits"] <= 3  # (3 seen)
+    # behind where its text ends (the rest stays), so a second full window (a first dropped whole would leave 28 s:
+    # none), then the rest at the end. The int8 kernels round differently per CPU: on an AMD EPYC tiny.en ends the
+    # first window's text after jfk's 11 s (3 windows, WER 8.0 %); 2 windows and 6.4 % on the CPU of earlier runs
+    assert 2 <= session.costs.extra["segment_commits"] <= 3
     assert session.costs.extra["trims"] == session.costs.extra["segment_commits"]
-    assert wer([session.text], [transcript], normalize_for_wer) < 12.0  # (8.0 seen)
+    assert wer([session.text], [transcript], normalize_for_wer) < 12.0
 
 
 # ----------------------------------------------------------------------------------------- voice activity
