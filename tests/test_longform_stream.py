@@ -199,7 +199,7 @@ class SkippingToy(TimedToy):
         return [0, *(min(frames, w * self.ms_per_word // self.frame_samples) for w in words), frames]
 
 
-def test_speech_a_full_buffer_skipped_is_decoded_alone_and_committed_first() -> None:
+def test_the_speech_a_full_buffers_text_skipped_is_decoded_alone_and_committed_first() -> None:
     # the full buffer (8 s; hold-100 commits nothing before it) is read as "eight nine ten eleven", its first token
     # timed over 0-5.6 s: the skipped 5.6 s are decoded alone ("one" .. "eight") and committed; the rest of the buffer
     # stays to be decoded with the next chunks, not dropped with words in it never read
