@@ -409,7 +409,8 @@ class Session(OutputView):
         for the next decode, as openai/whisper seeks to its last timestamp), or the whole buffer."""
         st = self.state
         decoded = self._decode(st.samples, final=True, guarded=True)
-        skipped = self._skipped(decoded)  # (0: none)
+        starts = self._buffer_starts(decoded)
+        skipped = self._skipped(starts)  # (0: none)
         if skipped:
             # Whisper read only the end of the buffer (a confusing start: a trim cut into a word, say) and skipped
             # the speech before its text, which committing the text and dropping the buffer would lose unread: the
@@ -420,14 +421,14 @@ class Session(OutputView):
             # a full buffer of speech with nothing agreed on, read with low confidence: mostly a hallucination loop,
             # which committed whole would also become the prompt of the next buffers (Whisper base, the German talk
             # of bench/longform.py: BLEU 10.9 and 100 loop cuts committing it, 14.1 and 21 not); counted, not silent
-            decoded = Decoded(decoded.read, [], decoded.enc, decoded.prompt)
+            decoded, starts = Decoded(decoded.read, [], decoded.enc, decoded.prompt), None
             st.costs.count("unsure_buffer_drops")
         emission = self._commit(decoded, final=False, whole=True)
         st.costs.count("segment_commits")
         if skipped:
             cut = skipped  # (what Whisper did read stays, to be decoded again)
         else:
-            end = self._text_end(decoded)
+            end = None if starts is None else starts[-1]  # where the committed text ends
             least, most = MIN_TAIL_S * self.model.sample_rate, st.samples - self.chunk_samples
             # (else too little read, or too little left: the whole buffer, so the stream goes on)
             cut = end if end is not None and least <= end <= most else st.samples
@@ -435,29 +436,27 @@ class Session(OutputView):
         st.speech_in_buffer = cut < st.samples or (self.vad is not None and self.vad.speaking)
         return [] if emission is None else [emission]
 
-    def _skipped(self, decoded: Decoded) -> int:
-        """Buffer samples before the best hypothesis's text starts, when nothing in the buffer is committed and its
-        first token spans more than ``SKIPPED_START_S`` of audio (Whisper skipped what came before it); else 0."""
-        st = self.state
-        if st.base < len(st.output.committed) or not decoded.hyps or decoded.enc is None:
-            return 0
-        tokens = decoded.hyps[0].tokens[st.base :]
-        if len(tokens) < 2 or not isinstance(self.model, TokenTimer):
-            return 0
-        starts = self.model.token_starts(decoded.enc, decoded.prompt, tokens, st.costs)
-        second = int(starts[1]) * self.model.frame_samples
-        return second if second > SKIPPED_START_S * self.model.sample_rate and second < st.samples else 0
-
-    def _text_end(self, decoded: Decoded) -> int | None:
-        """Buffer samples up to where the best hypothesis's text ends in the audio (None: no token timing)."""
+    def _buffer_starts(self, decoded: Decoded) -> list[int] | None:
+        """Where each token of the best hypothesis after the committed prefix starts in the buffer (samples), and
+        one more entry: where its text ends (None: no such tokens, or no token timing). One forced decoder pass."""
         st = self.state
         if not decoded.hyps or decoded.enc is None or not isinstance(self.model, TokenTimer):
             return None
         tokens = decoded.hyps[0].tokens[st.base :]
         if not tokens:
             return None
-        starts = self.model.token_starts(decoded.enc, decoded.prompt, tokens, st.costs)
-        return int(starts[-1]) * self.model.frame_samples
+        frames = self.model.token_starts(decoded.enc, decoded.prompt, tokens, st.costs)
+        return [int(frame) * self.model.frame_samples for frame in frames]
+
+    def _skipped(self, starts: list[int] | None) -> int:
+        """Buffer samples before the best hypothesis's text starts (its ``starts``, :meth:`_buffer_starts`), when
+        nothing in the buffer is committed and its first token spans more than ``SKIPPED_START_S`` of audio
+        (Whisper skipped what came before it); else 0."""
+        st = self.state
+        if starts is None or len(starts) < 3 or st.base < len(st.output.committed):
+            return 0  # (fewer than 2 tokens: no second start)
+        second = starts[1]
+        return second if SKIPPED_START_S * self.model.sample_rate < second < st.samples else 0
 
     def _follow_voice(self, events: list[VoiceEvent]) -> list[Emission]:
         """VAD: a speech end commits the segment before it; silence with no speech in the buffer is dropped."""
