@@ -383,21 +383,23 @@ class Session(OutputView):
         st = self.state
         committed = st.output.committed
         in_buffer = committed[st.base :]
-        if not in_buffer or not decoded.hyps or decoded.enc is None or not isinstance(self.model, TokenTimer):
+        if not in_buffer or not decoded.hyps:
             return
         best = decoded.hyps[0].tokens[st.base :]
         if tuple(best[: len(in_buffer)]) != tuple(in_buffer):
             return  # (a decode that ignored the prefix cannot time it)
         ends = [i for i, t in enumerate(in_buffer) if self._ends_sentence(t)]
+        full = samples + self.chunk_samples > self.max_buffer
         if ends:
             last = ends[-1]
-        elif samples + self.chunk_samples > self.max_buffer:
+        elif full:
             last = len(in_buffer) - 1  # committed output ends at a whole word
         else:
             return
-        starts = self.model.token_starts(decoded.enc, decoded.prompt, best, st.costs)
-        cut = min(samples, starts[last + 1] * self.model.frame_samples)
-        full = samples + self.chunk_samples > self.max_buffer
+        starts = self._buffer_starts(decoded)
+        if starts is None:
+            return  # (no token timing)
+        cut = min(samples, starts[last + 1])
         if cut <= 0 or (not full and not eager and samples - cut < MIN_TAIL_S * self.model.sample_rate):
             return  # (a short tail, often the pause after the sentence, invites hallucinations: trim later)
         self._drop(cut, st.base + last + 1)
