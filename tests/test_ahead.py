@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
@@ -16,7 +15,7 @@ from simulst.search import BeamSearch, Query, SearchState
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
 from simulst.types import Costs
-from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
+from tests.shared_assets import WHISPER_TINY_EN, needs_shared
 
 pytestmark = [pytest.mark.real, needs_shared]
 
@@ -24,11 +23,6 @@ pytestmark = [pytest.mark.real, needs_shared]
 @pytest.fixture(scope="module")
 def model() -> WhisperModel:
     return load_model(str(WHISPER_TINY_EN))
-
-
-@pytest.fixture(scope="module")
-def jfk() -> np.ndarray:
-    return load_audio(JFK)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel, WhisperState
 from simulst.types import Costs
 from tests.shared_assets import JFK, WHISPER_TINY_EN, english_items, needs_shared
-from tests.test_whisper_random import make_checkpoint
+from tests.toy import ENGLISH_VOCAB, make_checkpoint
 
 pytestmark = [needs_shared, pytest.mark.usefixtures("one_thread")]
 
@@ -38,7 +38,7 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> WhisperModel:
-    directory = make_checkpoint(tmp_path_factory.mktemp("batched") / "tiny", 51864)
+    directory = make_checkpoint(tmp_path_factory.mktemp("batched") / "tiny", ENGLISH_VOCAB)
     return load_model(str(directory), window="audio", window_min_ms=0)
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulst.cli.options import add_stream_arguments, stream_options_from_args
-from simulst.config import SEARCH_NAMES, PolicyOptions, SearchOptions, StreamOptions
+from simulst.config import SEARCHES, PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.runner import EvalOptions, run_instance
@@ -35,8 +35,8 @@ from simulst.search.blockwise import ChunkSearcher, continued_prefix
 from simulst.search.core import Beam, BeamRule, expand
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.session import Session
-from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import EOS, ScriptedDecoder, ToySpeechModel, stream_search, tone
+from simulst.types import Costs, Hypothesis
+from tests.toy import EOS, ScriptedDecoder, ToySpeechModel, push_in_pieces, stream_search, tone
 
 PIECES = ["<eos>", " a", " b", "c", " d"]  # ids 0..4
 A, B, C, D = 1, 2, 3, 4
@@ -361,7 +361,7 @@ def test_rejects_bad_options() -> None:
 
 
 def test_factory_and_cli() -> None:
-    assert set(BLOCKWISE) <= set(SEARCH_NAMES)
+    assert set(BLOCKWISE) <= set(SEARCHES.names())
     kinds = {name: type(make_searcher(SearchOptions(name, beam=3))) for name in BLOCKWISE}
     assert kinds == {
         "bwbs": BlockwiseBeamSearch,
@@ -459,14 +459,6 @@ class CalmToySpeechModel(ToySpeechModel):
         return super()._next(tokens, audio_samples)
 
 
-def run(session: Session, audio_ms: int, piece: int = 1000) -> list[Emission]:
-    audio = tone(audio_ms)
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], piece):
-        out += session.push(audio[pos : pos + piece])
-    return out + session.finish()
-
-
 def options(search: str, policy: str = "la-2", chunk_ms: float = 1000, beam: int = 3, **kw: bool) -> StreamOptions:
     search_options = SearchOptions(search, beam, **kw)
     return StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse(policy), search=search_options)
@@ -498,7 +490,7 @@ def test_session_ibwbs_la2_schedule_hand_worked(carry_over: bool) -> None:
     # (Without carry-over the final beam search starts from "... on" and, on this peaked toy, ends as soon as
     # K <eos> candidates were read: it ends with " the" or " uh"; see test_session_invariants.)
     session = Session(ToySpeechModel(), options("ibwbs", carry_over=carry_over))
-    emissions = run(session, 5000)
+    emissions = push_in_pieces(session, tone(5000), 1000)
     expected = [("the", 2000, False), (" cat", 3000, False), (" sat on", 4000, False), (" the mat", 5000, True)]
     n = len(expected) if carry_over else 3
     assert [(e.text, e.source_ms, e.final) for e in emissions][:n] == expected[:n]
@@ -513,7 +505,7 @@ def test_session_invariants(name: str, policy: str, carry_over: bool) -> None:
     # which on this peaked toy may stop early: it ends once K <eos> candidates were read.)
     model = CalmToySpeechModel()
     session = Session(model, options(name, policy, carry_over=carry_over))
-    emissions = run(session, 4600, piece=300)
+    emissions = push_in_pieces(session, tone(4600), 300)
     assert emissions and emissions[-1].final
     assert "".join(e.text for e in emissions) == session.text
     assert session.text == model.tokenizer.decode(session.state.output.committed).lstrip()
@@ -529,7 +521,7 @@ def test_eval_reports_exact_decoder_and_encoder_counts() -> None:
     expected = Costs()
     for ms in lengths.values():
         session = Session(CalmToySpeechModel(), opts)
-        run(session, ms)
+        push_in_pieces(session, tone(ms), 1000)
         expected.add(session.costs)
     items = [TestItem(uid, Path(f"{uid}.wav"), "the cat sat on the mat") for uid in lengths]
     records = [

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
 from simulst.search import BeamSearch
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
-from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
+from tests.shared_assets import WHISPER_TINY_EN, needs_shared
 from tests.toy import stream_search
 
 pytestmark = [pytest.mark.real, needs_shared]
@@ -25,11 +24,6 @@ BLOCKWISE = ("bwbs", "ibwbs", "ibwbs2", "rewind")
 def model() -> WhisperModel:
     torch.manual_seed(0)
     return load_model(str(WHISPER_TINY_EN))
-
-
-@pytest.fixture(scope="module")
-def jfk() -> np.ndarray:
-    return load_audio(JFK)
 
 
 def stream(model: WhisperModel, audio: np.ndarray, search: str, chunk_ms: float,

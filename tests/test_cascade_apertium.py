@@ -15,8 +15,7 @@ from simulst.mt.loading import load_mt
 from simulst.mt.options import MTOptions
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.mt_stage import MTStage
-from simulst.types import Emission
-from tests.toy import ToySpeechModel, tone
+from tests.toy import ToySpeechModel, push_in_pieces, tone
 
 needs_apertium = pytest.mark.skipif(
     shutil.which("apertium") is None or "eng-spa" not in installed_pairs(),
@@ -87,11 +86,8 @@ def test_word_by_word_never_retracts(apertium: ApertiumMT, policy: str) -> None:
 @needs_apertium
 def test_cascade_latency_on_the_audio_timeline(apertium: ApertiumMT) -> None:
     cascade = CascadeSession(ToySpeechModel(), apertium, StreamOptions(chunk_ms=1000), MTOptions())
-    audio = tone(5000)
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], 500):
-        out += cascade.push(audio[pos : pos + 500])
-    out += cascade.finish()
+    audio_ms = 5000
+    out = push_in_pieces(cascade, tone(audio_ms), 500)
     assert cascade.source_text == "the cat sat on the mat"
     assert cascade.text.strip() == apertium.translate_text("the cat sat on the mat")
     assert cascade.text.split()[:2] == ["El", "gato"]
@@ -99,7 +95,7 @@ def test_cascade_latency_on_the_audio_timeline(apertium: ApertiumMT) -> None:
     for e in out:
         assert e.source_ms in asr and e.elapsed_ms >= asr[e.source_ms]
     assert [e.source_ms for e in out] == sorted(e.source_ms for e in out)
-    assert out[-1].final and out[-1].source_ms == 5000.0
+    assert out[-1].final and out[-1].source_ms == audio_ms  # the final translation: when the audio ended
 
 
 def test_missing_apertium_or_pair() -> None:

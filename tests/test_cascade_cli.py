@@ -11,6 +11,7 @@ import pytest
 import soundfile as sf
 
 from simulst.cli.main import build_parser, main
+from simulst.tts.espeak import EspeakSynthesizer
 from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
 
 needs_tools = pytest.mark.skipif(shutil.which("apertium") is None or shutil.which("espeak-ng") is None,
@@ -57,7 +58,8 @@ def test_jfk_to_spanish_json_and_speech(tmp_path: Path, capsys: pytest.CaptureFi
     assert emissions[0]["source_ms"] < 11000.0  # simultaneous: translation starts before the speech ends
     speech = final["speech"]
     audio, rate = sf.read(str(wav), dtype="float32")
-    assert rate == 22050 and audio.shape[0] / rate == pytest.approx(speech["duration_s"], abs=0.01)
+    assert rate == EspeakSynthesizer.sample_rate
+    assert audio.shape[0] / rate == pytest.approx(speech["duration_s"], abs=0.01)
     assert float(np.sqrt(np.mean(audio**2))) > 0.01
     assert speech["start_offset_ms"] == pytest.approx(emissions[0]["source_ms"], abs=1.0)
     assert speech["end_offset_ms"] > 0

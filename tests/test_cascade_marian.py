@@ -18,9 +18,9 @@ from simulst.mt.options import MTOptions
 from simulst.search import SearchState, make_searcher
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.mt_stage import MTStage
-from simulst.types import Costs, Emission
+from simulst.types import Costs
 from tests.cascade_fixtures import build_tiny_m2m100, build_tiny_marian
-from tests.toy import ToySpeechModel, tone
+from tests.toy import ToySpeechModel, push_in_pieces, tone
 
 SOURCES = [
     "Return the list of the names in the directory.",
@@ -147,17 +147,14 @@ def test_cascade_with_marian_on_the_audio_timeline(backend: NeuralMT) -> None:
     options = StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2"))
     cascade = CascadeSession(ToySpeechModel(), backend, options,
                              MTOptions(policy=PolicyOptions.parse("hold-1"), max_len_a=1.0, max_len_b=3))
-    audio = tone(5000)
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], 1000):
-        out += cascade.push(audio[pos : pos + 1000])
-    out += cascade.finish()
+    audio_ms = 5000
+    out = push_in_pieces(cascade, tone(audio_ms), 1000)
     asr_times = {e.source_ms: e.elapsed_ms for e in cascade.source_emissions}
     assert cascade.source_text == "the cat sat on the mat"
     assert out and out[-1].final
     for e in out[:-1]:
         assert e.source_ms in asr_times and e.elapsed_ms >= asr_times[e.source_ms]
-    assert out[-1].source_ms == 5000.0
+    assert out[-1].source_ms == audio_ms  # the final translation: when the audio ended
     assert "".join(e.text for e in out) == cascade.text
     assert cascade.costs.decoder_calls == cascade.asr.costs.decoder_calls + cascade.mt.costs.decoder_calls
 

@@ -11,49 +11,13 @@ from hypothesis import strategies as st
 
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import OptionError, SimulstError
-from simulst.mt.apertium import WordTokenizer, align_prefix
-from simulst.mt.backend import MTBackend, MTRequest
+from simulst.mt.apertium import align_prefix
+from simulst.mt.backend import MTRequest
 from simulst.mt.options import MTOptions
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.mt_stage import MTStage
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import ToySpeechModel, tone
-
-# A "translation" table by source prefix: what the scripted MT outputs for the source read so far. It revises
-# its translation of the last source word ("gato" -> "gata" once it hears "sat") - as MT of prefixes does.
-SCRIPT = {
-    "the": "el",
-    "the cat": "el gato",
-    "the cat sat": "la gata se sentó",
-    "the cat sat on": "la gata se sentó en",
-    "the cat sat on the": "la gata se sentó en la",
-    "the cat sat on the mat": "la gata se sentó en la estera .",
-}
-
-
-class ScriptedMT(MTBackend):
-    """Black-box MT by table lookup (unknown sources: uppercased words), aligned like Apertium."""
-
-    name = "scripted"
-
-    def __init__(self, table: dict[str, str] | None = None) -> None:
-        self.table = SCRIPT if table is None else table
-        self._tokenizer = WordTokenizer()
-        self.calls: list[tuple[str, tuple[int, ...], bool]] = []
-
-    @property
-    def tokenizer(self) -> WordTokenizer:
-        return self._tokenizer
-
-    def translate(
-        self, request: MTRequest, costs: Costs
-    ) -> list[Hypothesis]:
-        source, prefix = request.source, request.prefix
-        self.calls.append((source, tuple(prefix), request.final))
-        words = self.table.get(source, source.upper()).split()
-        committed = [self._tokenizer.word(t) for t in prefix]
-        cut = align_prefix(committed, words)
-        return [Hypothesis((*prefix, *(self._tokenizer.id(w) for w in words[cut:])), 0.0, True)]
+from tests.toy import ScriptedMT, ToySpeechModel, push_in_pieces, tone
 
 
 def feed(stage: MTStage, increments: Sequence[str]) -> list[Emission]:
@@ -132,10 +96,11 @@ def test_forced_prefix_and_no_retranslation_of_the_same_source() -> None:
 
 def test_elapsed_adds_mt_compute() -> None:
     stage = MTStage(ScriptedMT(), mt("hold-0"))
-    out = stage.push("the cat", 1500.0, 1800.0)
-    assert out[0].source_ms == 1500.0
-    assert out[0].elapsed_ms == pytest.approx(1800.0 + stage.costs.compute_s * 1000.0)
-    assert out[0].elapsed_ms >= 1800.0
+    source_ms, elapsed_ms = 1500.0, 1800.0  # the ASR emission's audio time and its compute-aware time
+    out = stage.push("the cat", source_ms, elapsed_ms)
+    assert out[0].source_ms == source_ms
+    assert out[0].elapsed_ms == pytest.approx(elapsed_ms + stage.costs.compute_s * 1000.0)
+    assert out[0].elapsed_ms >= elapsed_ms
 
 
 def test_errors() -> None:
@@ -204,11 +169,7 @@ def test_cascade_latency_on_the_audio_timeline() -> None:
     cascade = CascadeSession(
         ToySpeechModel(), ScriptedMT(), StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2")), mt("hold-0")
     )
-    audio = tone(5000)
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], 1000):
-        out += cascade.push(audio[pos : pos + 1000])
-    out += cascade.finish()
+    out = push_in_pieces(cascade, tone(5000), 1000)
     asr = {e.source_ms: e for e in cascade.source_emissions}
     assert cascade.source_text == "the cat sat on the mat"
     assert cascade.text == "el gato se sentó en la estera ."  # hold-0 showed "el gato" before "sat" was heard
@@ -224,9 +185,10 @@ def test_cascade_latency_on_the_audio_timeline() -> None:
 def test_cascade_offline_asr_equals_offline_cascade() -> None:
     options = StreamOptions(chunk_ms=1000, policy=PolicyOptions("offline", 0), search=SearchOptions("greedy"))
     cascade = CascadeSession(ToySpeechModel(), ScriptedMT(), options, mt("la-2"))
-    assert cascade.push(tone(5000)) == []
+    audio_ms = 5000
+    assert cascade.push(tone(audio_ms)) == []
     out = cascade.finish()
-    assert len(out) == 1 and out[0].final and out[0].source_ms == 5000.0
+    assert len(out) == 1 and out[0].final and out[0].source_ms == audio_ms
     assert cascade.text == ScriptedMT().translate_text("the cat sat on the mat")
 
 

@@ -471,7 +471,7 @@ def test_real_model_bin_header(ct2_dir: Path) -> None:
     assert (model.spec, model.revision, model.binary_version) == ("WhisperSpec", 3, 6)
     assert model.aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
     assert model.attribute("encoder/num_heads") == 6 and model.attribute("decoder/num_heads") == 6
-    assert model.variables["decoder/embeddings/weight"].shape == (51864, 384)
+    assert model.variables["decoder/embeddings/weight"].shape == (51864, 384)  # tiny.en: English vocabulary x d_model
 
 
 @pytest.mark.real
@@ -508,9 +508,9 @@ def test_real_logits_and_greedy_tokens_match_hf(
 
     model, ref, _ = hf_and_ct2_models
     audio, sr = sf.read(JFK_WAV, dtype="float32")
-    assert sr == 16000
+    assert sr == 16000  # Whisper's rate: fed to the feature extractor as it is
     feats = WhisperFeatureExtractor.from_pretrained(HF_DIR)(
-        audio, sampling_rate=16000, return_tensors="pt"
+        audio, sampling_rate=sr, return_tensors="pt"
     ).input_features
 
     prompt = [50257, 50362]

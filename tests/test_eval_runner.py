@@ -22,6 +22,7 @@ from simulst.evaluation.runner import EvalOptions, emission_units, run_eval
 from simulst.evaluation.scoring import ScoreOptions, score_log
 from simulst.streaming.engine import SpeechEngine
 from simulst.types import Emission
+from tests.simuleval_cli import LATENCY, simuleval_cli
 from tests.toy import ToySpeechModel, tone, toy_engine
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -105,7 +106,7 @@ def test_run_eval_writes_a_simuleval_folder(tmp_path: Path) -> None:
     # the toy LA-2 schedule of test_session.py: the@2 s, cat@3 s, sat on@4 s, the@5 s, mat@5 s (final)
     assert first["prediction"] == "the cat sat on the mat"
     assert first["delays"] == [2000.0, 3000.0, 4000.0, 4000.0, 5000.0, 5000.0]
-    assert first["source_length"] == 5000.0 and first["prediction_length"] == 6
+    assert first["source_length"] == DURATIONS["u0"] and first["prediction_length"] == len(ITEMS[0].reference.split())
     assert all(e >= d for e, d in zip(first["elapsed"], first["delays"], strict=True))
     info = first["simulst"]
     assert info["id"] == "u0" and info["n_words"] == 6 and info["decoder_calls"] > 0
@@ -247,9 +248,10 @@ def test_shared_fleurs_multi_german_and_french_have_english_references() -> None
     data = SHARED / "data"
     if not (data / "fleurs-multi.tsv").is_file():
         pytest.skip("../shared/data not available")
+    # the shared fleurs-multi set: ten utterances each of de, es, fr and pt; one (fleurs-de-009, 43 s) is over 30 s
     items = read_manifest(data / "fleurs-multi.tsv", references=data / "references.en.tsv", src_langs=["de", "fr"])
-    assert len(items) == 20 and all(it.reference and it.audio.is_file() for it in items)
-    assert len(read_manifest(data / "fleurs-multi.tsv", src_langs=["de", "fr"], max_duration_s=30.0)) == 19
+    assert len(items) == 2 * 10 and all(it.reference and it.audio.is_file() for it in items)
+    assert len(read_manifest(data / "fleurs-multi.tsv", src_langs=["de", "fr"], max_duration_s=30.0)) == 2 * 10 - 1
 
 
 def test_simuleval_lists(tmp_path: Path) -> None:
@@ -353,10 +355,8 @@ def test_real_eval_fleurs_en_dev_is_accepted_by_simuleval(tmp_path: Path, capsys
         assert len(rec.elapsed) == len(rec.delays) == rec.prediction_length
     if importlib.util.find_spec("simuleval") is None:
         pytest.skip("simuleval not installed: the log was not checked by simuleval --score-only")
-    from tests.test_scoring_vs_simuleval import LATENCY, _simuleval_cli
-
-    plain = _simuleval_cli(out, computation_aware=False)
-    aware = _simuleval_cli(out, computation_aware=True)
+    plain = simuleval_cli(out, computation_aware=False)
+    aware = simuleval_cli(out, computation_aware=True)
     for name in ("BLEU", *LATENCY):
         assert math.isclose(ours[name], plain[name], abs_tol=6e-4), name
     for name in LATENCY:

@@ -96,8 +96,8 @@ def test_formula_functions_match_registry() -> None:
     assert average_proportion(d, x, y) == pytest.approx(0.9)
     assert differentiable_average_lagging(d, x) == pytest.approx(1468.75)
     assert average_token_delay(d) == pytest.approx(1550.0)
-    assert start_offset(d) == 1000.0
-    assert end_offset(d, x) == 500.0
+    assert start_offset(d) == 1000.0  # d_1
+    assert end_offset(d, x) == 500.0  # d_|Y| - |X| = 3000 - 2500
 
 
 def test_computation_aware_hand_worked() -> None:
@@ -107,8 +107,8 @@ def test_computation_aware_hand_worked() -> None:
     t = Timing(d, e, 2500.0, 4)
     # AL_CA on elapsed: 1100, 2300-625, 3500-1250 (≥ |X|, τ = 3) → 5025/3 = 1675.
     assert get_latency_metric("AL").compute(t, True) == pytest.approx(1675.0)
-    assert get_latency_metric("StartOffset").compute(t, True) == 1100.0
-    assert get_latency_metric("EndOffset").compute(t, True) == 1000.0
+    assert get_latency_metric("StartOffset").compute(t, True) == 1100.0  # e_1
+    assert get_latency_metric("EndOffset").compute(t, True) == 1000.0  # e_|Y| - |X| = 3500 - 2500
     # ATD_CA: compute increments 100, 200, 200, 0; output ends max(d_t, prev) + ct:
     #   1100, 2200, 3200, 3200 → lags 800, 1600, 2300, 2200 → 1725.
     assert compute_increments(d, e) == pytest.approx([100.0, 200.0, 200.0, 0.0])

@@ -22,11 +22,11 @@ from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.commit import loop_free_length
 from simulst.streaming.feed import feed_fast
 from simulst.streaming.mt_stage import MTStage
+from simulst.streaming.segmenter import VadSegmenter
 from simulst.streaming.session import Session
 from simulst.types import Costs
 from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared
-from tests.test_cascade_mt_stage import ScriptedMT
-from tests.toy import EOS, ToySpeechModel, ToyState
+from tests.toy import EOS, ScriptedMT, ToySpeechModel, ToyState
 
 # ----------------------------------------------------------------------------------------- the loop guard
 
@@ -43,17 +43,20 @@ def test_loop_guard_hand_worked() -> None:
     assert loop_free_length([5, 6] * 3 + [5], 6) == 7
     # a 14-token sentence said again within 60 tokens, with other tokens in between: the copy is cut where it starts
     sentence = list(range(20, 34))
-    assert loop_free_length([*sentence, 1, *sentence, 2, 3], 0) == 15
-    assert loop_free_length([*sentence, 1, *sentence[:5], 2, 3], 0) == 22  # 5 tokens again: a phrase, kept
+    one = len(sentence) + 1  # a copy and the token after it
+    assert loop_free_length([*sentence, 1, *sentence, 2, 3], 0) == one  # cut where the copy starts
+    phrase = [*sentence, 1, *sentence[:5], 2, 3]
+    assert loop_free_length(phrase, 0) == len(phrase)  # 5 tokens again: a phrase, kept
     near = sentence + list(range(40, 86)) + sentence  # the copy starts 60 tokens after the first: cut
-    assert loop_free_length(near, 0) == 60
+    assert loop_free_length(near, 0) == len(near) - len(sentence) == 60
     far = sentence + list(range(40, 90)) + sentence + list(range(90, 140)) + sentence
     assert loop_free_length(far, 0) == len(far)  # each copy starts more than 60 tokens after the one before
     # the third time within 100 tokens, the second time more than 60 tokens back: the third copy is cut
     spaced = [*sentence, *range(40, 87), *sentence, 2, *sentence]
-    assert loop_free_length(spaced, 0) == 76
-    assert loop_free_length([*sentence, 1, *sentence, 2, *sentence], 30) == 30  # two are committed already
-    assert loop_free_length([*sentence, 1, *sentence, 2, *sentence], 15) == 15  # a copy running into new tokens
+    assert loop_free_length(spaced, 0) == len(spaced) - len(sentence)  # (76: where the third copy starts)
+    thrice = [*sentence, 1, *sentence, 2, *sentence]
+    assert loop_free_length(thrice, 2 * one) == 2 * one  # two are committed already: the third is cut at once
+    assert loop_free_length(thrice, one) == one  # a copy running into new tokens
 
 
 @given(st.lists(st.integers(0, 3), max_size=30), st.integers(0, 30))
@@ -142,8 +145,8 @@ def _check_stream(session: Session, audio: np.ndarray, pieces: Sequence[int]) ->
         for e in session.push(audio[pos : pos + size]):
             shown += e.text
         pos += size
-        assert session.state.samples <= session.max_buffer  # bounded, whatever the push size
-        assert session.state.read == min(pos, audio.shape[0])
+        assert session.buffer.samples <= session.buffer.capacity  # bounded, whatever the push size
+        assert session.read == min(pos, audio.shape[0])
         assert session.text == shown  # nothing retracted: the output only grows
     for e in session.finish():
         shown += e.text
@@ -159,7 +162,7 @@ def test_a_model_without_timing_commits_full_buffers_whole() -> None:
     audio = _speech(30)
     _check_stream(session, audio, [1000] * 30)
     assert session.costs.extra["segment_commits"] == 3  # at 8, 16 and 24 s
-    assert session.state.offset == 24_000
+    assert session.buffer.offset == 24_000
 
 
 @pytest.mark.parametrize("threshold", [-0.5, -0.01])
@@ -171,7 +174,7 @@ def test_a_full_buffer_is_committed_whole_when_the_model_is_sure_and_counted_whe
     session = Session(ToySpeechModel(), options)  # (every toy token has probability 0.9: log-prob -0.1)
     audio = _speech(20)
     shown = "".join(e.text for pos in range(0, 20_000, 1000) for e in session.push(audio[pos : pos + 1000]))
-    assert session.costs.extra["segment_commits"] == 2 and session.state.offset == 16_000
+    assert session.costs.extra["segment_commits"] == 2 and session.buffer.offset == 16_000
     sure = threshold < -0.1
     assert shown.count("the cat sat on the mat") == (2 if sure else 0)
     assert session.costs.extra.get("unsure_buffer_drops", 0) == (0 if sure else 2)
@@ -209,7 +212,7 @@ def test_the_speech_a_full_buffers_text_skipped_is_decoded_alone_and_committed_f
     shown = "".join(e.text for pos in range(0, 9000, 1000) for e in session.push(audio[pos : pos + 1000]))
     assert shown == "one two three four five six seven eight"
     assert session.costs.extra["skipped_starts"] == 1 and session.costs.extra["segment_commits"] == 1
-    assert session.state.offset == 5600 and session.state.samples == 3400
+    assert session.buffer.offset == 5600 and session.buffer.samples == 3400
     assert session.emissions[0].source_ms == 8000  # (the source read when the full buffer was emptied)
     _check_stream(Session(SkippingToy(), session.options), audio, [1000] * 9)  # nothing retracted, all in order
 
@@ -221,7 +224,7 @@ def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_co
                                            context_scope="all"))
     _check_stream(session, _speech(40), [1000] * 40)
     assert session.costs.extra["trims"] >= 3 and "segment_commits" not in session.costs.extra
-    assert session.state.base > 0 and session.state.offset > 0
+    assert session.buffer.base > 0 and session.buffer.offset > 0
     assert any(p for p in model.prompts[1:])  # after the first trim the committed text is the prompt
     assert session.text.count("the cat sat on the mat .") >= 3
 
@@ -287,8 +290,8 @@ def test_a_vad_pause_ends_the_sentence_of_the_prompt_full_stop_or_not() -> None:
         model = PromptedToy("the cat sat on the mat")
         session = Session(model, StreamOptions(chunk_ms=1000, segment_s=10, max_buffer_s=16, loop_guard=False,
                                                context_scope=scope))  # type: ignore[arg-type]
-        session.vad = ScriptedVoice([(6000, 7000), (13000, 14000)])  # type: ignore[assignment]
-        session.state.speech_in_buffer = True  # (speech from the first sample: no start event comes)
+        session.segmenter = VadSegmenter(ScriptedVoice([(6000, 7000), (13000, 14000)]), 16000, 5 * 16000)
+        session.segmenter.speech_in_buffer = True  # (speech from the first sample: no start event comes)
         _check_stream(session, _speech(20), [1000] * 20)
         assert session.costs.extra == {"vad_segments": 2, "trims": 2}  # (the segment ends: their audio dropped)
         assert session.text.count("the cat sat on the mat") == 3
@@ -343,7 +346,7 @@ def test_a_trimmed_cascade_stamps_its_last_emission_with_all_the_audio_read() ->
     audio = _speech(20)
     out = [e for pos in range(0, 20_000, 1000) for e in cascade.push(audio[pos : pos + 1000])]
     last = cascade.finish()
-    assert cascade.asr.state.offset == 16_000 and last  # trimmed twice; the rest translated at the end
+    assert cascade.asr.buffer.offset == 16_000 and last  # trimmed twice; the rest translated at the end
     times = [e.source_ms for e in out + last]
     assert times == sorted(times) and times[-1] == 20_000.0  # the source's end, not the buffer's length (4 s)
 
@@ -402,15 +405,15 @@ def test_a_long_talk_streams_through_a_bounded_buffer() -> None:
 
     audio, transcript = _english_talk(SHORT_TALK)
     session = Session(load_model("whisper-tiny.en"), StreamOptions(segment_s=10.0, max_buffer_s=20.0))
-    assert audio.shape[0] > 1.5 * session.max_buffer  # (34 s: the buffer must be trimmed to stay bounded)
+    assert audio.shape[0] > 1.5 * session.buffer.capacity  # (34 s: the buffer must be trimmed to stay bounded)
     shown = ""
     for pos in range(0, audio.shape[0], session.chunk_samples):
         for e in session.push(audio[pos : pos + session.chunk_samples]):
             shown += e.text
-        assert session.state.samples <= session.max_buffer
+        assert session.buffer.samples <= session.buffer.capacity
     shown += "".join(e.text for e in session.finish())
     assert shown == session.text
-    assert session.costs.extra.get("trims", 0) >= 3 and session.state.base > 0
+    assert session.costs.extra.get("trims", 0) >= 3 and session.buffer.base > 0
     assert "segment_commits" not in session.costs.extra  # every trim was behind committed text
     error = wer([session.text], [transcript], normalize_for_wer)
     assert error < 20.0, (error, session.text)  # (11.0 seen; per utterance, offline: 8.8 % on all six)
@@ -525,29 +528,29 @@ def test_the_final_decode_of_a_trimmed_stream_skips_a_silent_tail() -> None:
     # the last buffer, speech and pause, goes to the no-speech judge instead)
     with_pause = Session(model, StreamOptions(context_scope="all"))
     with_pause.push(np.concatenate([jfk, german[-int(3.4 * 16000) :]]))  # jfk, then 3.4 s of room noise
-    assert with_pause.state.offset > 0 and with_pause.finish() == []
+    assert with_pause.buffer.offset > 0 and with_pause.finish() == []
     assert with_pause.costs.extra.get("silent_tail_skips") == 1
     plain = Session(model, StreamOptions())
     feed_fast(plain, jfk)  # its last buffer ends in speech: decoded as before
-    assert plain.state.offset > 0 and "silent_tail_skips" not in plain.costs.extra
+    assert plain.buffer.offset > 0 and "silent_tail_skips" not in plain.costs.extra
     assert JFK_PHRASE.search(normalize_for_wer(plain.text))
 
 
 @pytest.mark.parametrize("vad", ["silent", "speech", "missing"])
 def test_the_end_of_a_trimmed_stream_asks_the_vad(monkeypatch: pytest.MonkeyPatch, vad: str) -> None:
     from simulst.errors import ModelLoadError
-    from simulst.streaming import session as session_module
+    from simulst.streaming import guards as guards_module
 
     def holds_speech(audio: np.ndarray, sample_rate: int, threshold: float) -> bool:
         if vad == "missing":
             raise ModelLoadError("no onnxruntime")
         return vad == "speech"
 
-    monkeypatch.setattr(session_module, "holds_speech", holds_speech)
-    monkeypatch.setattr(session_module, "VAD_RATES", {1000: 0})  # (the toy's rate)
+    monkeypatch.setattr(guards_module, "holds_speech", holds_speech)
+    monkeypatch.setattr(guards_module, "VAD_RATES", {1000: 0})  # (the toy's rate)
     session = Session(TimedToy(), StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False))
     session.push(_speech(20.0))
-    assert session.state.offset > 0  # trimmed
+    assert session.buffer.offset > 0  # trimmed
     shown = session.text
     final = session.finish()
     extra = session.costs.extra

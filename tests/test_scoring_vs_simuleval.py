@@ -16,8 +16,6 @@ import importlib.util
 import json
 import logging
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +25,10 @@ from hypothesis import strategies as st
 
 from simulst.evaluation.instances import InstanceRecord, write_log
 from simulst.evaluation.scoring import ScoreOptions, format_table, score_log, score_records, write_scores
+from tests.simuleval_cli import LATENCY, simuleval_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SimulEval calls logger.warn
 needs_simuleval = pytest.mark.skipif(importlib.util.find_spec("simuleval") is None, reason="simuleval not installed")
-
-LATENCY = ("AL", "LAAL", "AP", "DAL", "ATD", "StartOffset", "EndOffset")
 
 
 def _line(index: int, delays: list[float], x: float, ref: str | None, elapsed: list[float] | None = None,
@@ -195,30 +192,13 @@ def test_generated_logs_equal_simuleval(lines: list[str]) -> None:
     _assert_equal_to_simuleval(lines)
 
 
-def _simuleval_cli(log_dir: Path, computation_aware: bool) -> dict[str, float]:
-    script = (
-        "import sys, pandas as pd\n"
-        "pd.set_option('display.width', 10000); pd.set_option('display.max_columns', 1000)\n"
-        "from simuleval.cli import main\n"
-        "sys.argv = ['simuleval'] + sys.argv[1:]\n"
-        "main()\n"
-    )
-    args = ["--score-only", "--output", str(log_dir), "--latency-metrics", *LATENCY]
-    if computation_aware:
-        args.append("--computation-aware")
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    header, values = [line.split() for line in proc.stdout.strip().splitlines()[-2:]]
-    return dict(zip(header, (float(v) for v in values[1:]), strict=True))  # values[0] is the row label
-
-
 @needs_simuleval
 def test_simuleval_score_only_cli_agrees(tmp_path: Path) -> None:
     write_log(tmp_path / "instances.log", _records(HAND_LOG))
     (tmp_path / "config.yaml").write_text("source_type: speech\ntarget_type: text\n")
     ours = score_log(tmp_path, ScoreOptions(quality_metrics=("BLEU",))).scores
-    plain = _simuleval_cli(tmp_path, computation_aware=False)
-    aware = _simuleval_cli(tmp_path, computation_aware=True)
+    plain = simuleval_cli(tmp_path, computation_aware=False)
+    aware = simuleval_cli(tmp_path, computation_aware=True)
     for name in ("BLEU", *LATENCY):
         assert math.isclose(float(ours[name] or 0.0), plain[name], abs_tol=6e-4), name  # SimulEval rounds to 3
     for name in LATENCY:

@@ -22,7 +22,6 @@ import soxr
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from simulst.audio.io import load_audio
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
 from simulst.server.app import create_app
@@ -36,6 +35,9 @@ from tests.shared_assets import JFK_PHRASE as PHRASE
 pytestmark = [needs_shared, pytest.mark.real]
 
 FAST = Limits(max_speed=1000.0, burst_s=1000.0)  # clients may send as fast as they like
+# The websocket close codes a client sees (RFC 6455, section 7.4.1): the protocol's contract, so spelled out here.
+NORMAL_CLOSURE, POLICY_VIOLATION, INTERNAL_ERROR, TRY_AGAIN_LATER = 1000, 1008, 1011, 1013
+WHISPER_RATE = 16000  # Hz: the rate the server asks its clients for (Whisper's), and jfk.wav's own
 
 
 def words(text: str) -> str:
@@ -56,7 +58,7 @@ class FaultyService(Service):
             raise RuntimeError("injected model failure")
 
         failing = _FailingView(model, encode)
-        session.model = failing  # type: ignore[attr-defined]
+        session.model = session.decoder.model = failing  # type: ignore[attr-defined]  # (the decoder encodes)
         return opened
 
 
@@ -74,11 +76,6 @@ class _FailingView:
 @pytest.fixture(scope="module")
 def model() -> WhisperModel:
     return load_model()
-
-
-@pytest.fixture(scope="module")
-def jfk() -> np.ndarray:
-    return load_audio(JFK)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +117,7 @@ async def exchange(url: str, sends: list[str | bytes], wait_s: float = 20.0) -> 
 def test_live_stream_transcribes_and_keeps_a_transcript(server: Running, jfk: np.ndarray, transcripts: Path) -> None:
     before = set(transcripts.iterdir())
     result: ClientResult = run(stream_audio(server.ws, jfk, 16000, {"policy": "la-2", "chunk_ms": 1000}))
-    assert result.error is None and result.close_code == 1000
+    assert result.error is None and result.close_code == NORMAL_CLOSURE
     assert result.ready is not None and result.ready["channels"] == ["source"]
     assert PHRASE.search(words(result.text))
     assert "".join(m["text"] for m in result.emissions) == result.final["text"]  # type: ignore[index]
@@ -178,7 +175,7 @@ def test_bad_input_gets_a_clear_error_and_a_close(server: Running, sends: list[s
     received, code = run(exchange(server.ws, sends))
     errors = [m["message"] for m in received if m["type"] == "error"]
     assert len(errors) == 1 and message in errors[0], received
-    assert code == 1008
+    assert code == POLICY_VIOLATION
 
 
 def test_a_flood_is_cut_off(model: WhisperModel, jfk: np.ndarray) -> None:
@@ -186,7 +183,7 @@ def test_a_flood_is_cut_off(model: WhisperModel, jfk: np.ndarray) -> None:
     with serving(create_app(service)) as running:
         result = run(stream_audio(running.ws, np.concatenate([jfk, jfk]), 16000, frame_ms=1000, realtime=False))
     assert result.error is not None and "faster than 2x real time" in result.error
-    assert result.close_code == 1008
+    assert result.close_code == POLICY_VIOLATION
 
 
 def test_faults_leave_other_streams_unchanged(server: Running, jfk: np.ndarray) -> None:
@@ -223,7 +220,7 @@ def test_faults_leave_other_streams_unchanged(server: Running, jfk: np.ndarray) 
     alone = run(file_request())
     text, failed, rest = run(together())
     assert "fellow americans" in words(alone) and text == alone
-    assert failed.error is not None and "injected model failure" in failed.error and failed.close_code == 1011
+    assert failed.error is not None and "injected model failure" in failed.error and failed.close_code == INTERNAL_ERROR
     assert all(received and received[-1]["type"] == "error" for received, _ in rest[1:])
     health = httpx.get(f"{server.http}/health").json()
     assert health["status"] == "ok"
@@ -243,7 +240,7 @@ def test_max_streams_refuses_clearly(model: WhisperModel) -> None:
 
     with serving(create_app(service)) as running:
         refused, code, later = run(scenario(running.ws))
-    assert code == 1013 and "server is full (1 streams)" in refused[0]["message"]
+    assert code == TRY_AGAIN_LATER and "server is full (1 streams)" in refused[0]["message"]
     assert later == "ready"  # the place is free again once the first client left
 
 
@@ -253,11 +250,11 @@ def test_token_is_required_when_set(model: WhisperModel, jfk: np.ndarray) -> Non
     sf.write(wav, jfk[: 16000 * 4], 16000, format="WAV")
     with serving(create_app(service)) as running:
         refused, code = run(exchange(running.ws, [START]))
-        assert code == 1008 and "valid token" in refused[0]["message"]
+        assert code == POLICY_VIOLATION and "valid token" in refused[0]["message"]
         wrong, _ = run(exchange(running.ws + "?token=nope", [START]))
         assert "valid token" in wrong[0]["message"]
         ok, code = run(exchange(running.ws + "?token=s3cret", [START, json.dumps({"type": "end"})]))
-        assert [m["type"] for m in ok] == ["ready", "final"] and code == 1000
+        assert [m["type"] for m in ok] == ["ready", "final"] and code == NORMAL_CLOSURE
         in_start, _ = run(exchange(running.ws, [json.dumps({"type": "start", "token": "s3cret"})], wait_s=1.0))
         assert in_start[0]["type"] == "ready"
         with pytest.raises(openai.AuthenticationError):
@@ -294,6 +291,6 @@ def test_openai_client_transcribes_and_translates_files(server: Running, jfk: np
 
 def test_page_and_config_are_served(server: Running) -> None:
     config = httpx.get(f"{server.http}/api/config").json()
-    assert config["sample_rate"] == 16000 and config["tasks"] == ["transcribe"] and config["batched"] is True
+    assert config["sample_rate"] == WHISPER_RATE and config["tasks"] == ["transcribe"] and config["batched"] is True
     page = httpx.get(f"{server.http}/")
-    assert page.status_code == 200 and "<html" in page.text.lower()
+    assert page.status_code == httpx.codes.OK and "<html" in page.text.lower()

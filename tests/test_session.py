@@ -16,14 +16,7 @@ from simulst.search import BeamSearch
 from simulst.streaming.commit import whole_words
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import ToySpeechModel, ToyTokenizer, stream_search, tone
-
-
-def run(session: Session, audio: np.ndarray, piece: int) -> list[Emission]:
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], piece):
-        out += session.push(audio[pos : pos + piece])
-    return out + session.finish()
+from tests.toy import ToySpeechModel, ToyTokenizer, push_in_pieces, stream_search, tone
 
 
 def options(policy: str = "la-2", chunk_ms: float = 1000, search: str = "greedy", **kw: float) -> StreamOptions:
@@ -40,7 +33,7 @@ def test_la2_schedule_hand_worked() -> None:
     #  end (5 s, no new audio: the 5 s search is reused)  -> " mat"
     model = ToySpeechModel()
     session = Session(model, options("la-2"))
-    emissions = run(session, tone(5000), 1000)
+    emissions = push_in_pieces(session, tone(5000), 1000)
     assert [(e.text, e.source_ms, e.final) for e in emissions] == [
         ("the", 2000, False),
         (" cat", 3000, False),
@@ -57,7 +50,7 @@ def test_hold_n_and_initial_wait() -> None:
     # hold-1 with a 2 s initial wait, then 1 s chunks: 2 s: "the cat uh" -> "the cat"; 3 s: "... on uh" -> " sat on";
     # 4 s: "... the uh" -> " the"; 4.5 s end: "... the mat" -> " mat".
     session = Session(ToySpeechModel(), options("hold-1", initial_wait_ms=2000))
-    emissions = run(session, tone(4500), 500)
+    emissions = push_in_pieces(session, tone(4500), 500)
     assert [(e.text, e.source_ms) for e in emissions] == [
         ("the cat", 2000), (" sat on", 3000), (" the", 4000), (" mat", 4500)
     ]
@@ -65,7 +58,7 @@ def test_hold_n_and_initial_wait() -> None:
 
 def test_offline_policy_decodes_once_at_the_end() -> None:
     model = ToySpeechModel()
-    emissions = run(Session(model, options("offline")), tone(5000), 1000)
+    emissions = push_in_pieces(Session(model, options("offline")), tone(5000), 1000)
     assert [(e.text, e.source_ms, e.final) for e in emissions] == [("the cat sat on the mat", 5000, True)]
     assert model.encodes == [5000]
 
@@ -87,7 +80,7 @@ def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:
     # With guess_p = 0.3 the toy model ends every chunk's hypothesis with <eos> after the words it has heard:
     # 1 s: "the"<eos> -> hold-0 commits "the" (the <eos> shows the word is complete) and the stream goes on.
     session = Session(ToySpeechModel(guess_p=0.3), options("hold-0", chunk_ms=1000))
-    emissions = run(session, tone(4200), 700)
+    emissions = push_in_pieces(session, tone(4200), 700)
     assert [(e.text, e.source_ms) for e in emissions] == [
         ("the", 1000), (" cat", 2000), (" sat on", 3000), (" the", 4000), (" mat", 4200)
     ]
@@ -97,7 +90,7 @@ def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:
 @given(st.lists(st.integers(1, 900), min_size=1, max_size=40), st.sampled_from(["la-2", "hold-1", "sp-2", "wait-2"]))
 def test_push_granularity_does_not_change_the_output(pieces: list[int], policy: str) -> None:
     audio = tone(4700)
-    reference = run(Session(ToySpeechModel(), options(policy)), audio, 1000)
+    reference = push_in_pieces(Session(ToySpeechModel(), options(policy)), audio, 1000)
     session = Session(ToySpeechModel(), options(policy))
     out: list[Emission] = []
     pos = 0
@@ -121,7 +114,7 @@ def test_push_granularity_does_not_change_the_output(pieces: list[int], policy: 
 def test_emissions_never_retract_and_end_on_words(ms: int, chunk: int, policy: str, search: str) -> None:
     model = ToySpeechModel()
     session = Session(model, options(policy, chunk_ms=chunk, search=search))
-    emissions = run(session, tone(ms), 333)
+    emissions = push_in_pieces(session, tone(ms), 333)
     text = ""
     committed: list[int] = []
     for e in emissions:
@@ -162,7 +155,7 @@ def test_bad_audio_is_rejected() -> None:
 def test_silence_gives_empty_output_without_decoding() -> None:
     model = ToySpeechModel()
     session = Session(model, options())
-    assert run(session, np.zeros(3000, dtype=np.float32), 500) == []
+    assert push_in_pieces(session, np.zeros(3000, dtype=np.float32), 500) == []
     assert session.text == "" and model.encodes == []
     assert Session(model, options()).finish() == []  # no audio at all
 
@@ -258,25 +251,25 @@ def test_the_early_guard_is_on_by_default_when_transcribing_and_off_when_transla
     # translates; a number or None given is used as it is, whatever the task.
     base = options("hold-0", chunk_ms=500)
     assert base.early_logprob_threshold == "auto"
-    assert Session(HesitantToy(), base).early_logprob_threshold == -0.7
+    assert Session(HesitantToy(), base).guards.early_logprob_threshold == -0.7
     assert Session(HesitantToy(), base).push(tone(500)) == []
     translating = Session(TranslatingHesitantToy(), base)
-    assert translating.early_logprob_threshold is None
+    assert translating.guards.early_logprob_threshold is None
     assert translating.push(tone(500))[0].text.startswith("uh uh")
     chosen = dataclasses.replace(base, early_logprob_threshold=-0.9)
-    assert Session(TranslatingHesitantToy(), chosen).early_logprob_threshold == -0.9
+    assert Session(TranslatingHesitantToy(), chosen).guards.early_logprob_threshold == -0.9
     assert Session(TranslatingHesitantToy(), chosen).push(tone(500)) == []
 
 
 def test_the_context_scope_is_the_sentence_when_transcribing_and_all_when_translating() -> None:
     base = options("hold-0")
     assert base.context_scope == "auto"
-    assert Session(HesitantToy(), base).context_scope == "sentence"
-    assert Session(TranslatingHesitantToy(), base).context_scope == "all"
+    assert Session(HesitantToy(), base).prompt.scope == "sentence"
+    assert Session(TranslatingHesitantToy(), base).prompt.scope == "all"
     for scope in ("sentence", "all"):
         chosen = dataclasses.replace(base, context_scope=scope)
-        assert Session(HesitantToy(), chosen).context_scope == scope
-        assert Session(TranslatingHesitantToy(), chosen).context_scope == scope
+        assert Session(HesitantToy(), chosen).prompt.scope == scope
+        assert Session(TranslatingHesitantToy(), chosen).prompt.scope == scope
     for field, wrong in (("context_scope", "paragraph"), ("context_tokens", -1), ("context_tokens", None)):
         with pytest.raises(OptionError):
             StreamOptions(**{field: wrong})  # type: ignore[arg-type]

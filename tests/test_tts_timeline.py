@@ -17,8 +17,7 @@ from simulst.streaming.cascade import CascadeSession
 from simulst.tts.base import SpeechSynthesizer
 from simulst.tts.timeline import SpeechOutput, SpeechTimeline
 from simulst.types import Emission
-from tests.test_cascade_mt_stage import ScriptedMT
-from tests.toy import ToySpeechModel, tone
+from tests.toy import ScriptedMT, ToySpeechModel, push_in_pieces, tone
 
 
 class BeepSynthesizer(SpeechSynthesizer):
@@ -42,6 +41,7 @@ def emission(text: str, source_ms: float, elapsed_ms: float | None = None) -> Em
 def test_placement_hand_worked() -> None:
     # "a b" at 1000 ms -> [1000, 1200); "c d e" at 1100 ms -> waits for the first: [1200, 1500);
     # "f" at 2000 ms -> [2000, 2100). Source 1800 ms: StartOffset 1000, EndOffset 2100 - 1800 = 300.
+    # Speech: 200 + 300 + 100 = 600 ms; the rendering runs to the last segment's end, 2100 ms (at 1 kHz: samples).
     out = SpeechOutput(BeepSynthesizer())
     for e in (emission("a b", 1000), emission(" c d e", 1100), emission("  ", 1500), emission(" f", 2000)):
         out.add(e)
@@ -76,11 +76,12 @@ def test_elapsed_clock_adds_synthesis_time() -> None:
 
 def test_write_wav(tmp_path: Path) -> None:
     timeline = SpeechTimeline(1000)
-    timeline.place(np.full(200, 0.25, dtype=np.float32), 300.0, "x")
+    timeline.place(np.full(200, 0.25, dtype=np.float32), 300.0, "x")  # [300, 500) ms
     path = timeline.write(tmp_path / "sub" / "out.wav", min_ms=1000.0)
     audio, rate = sf.read(str(path), dtype="float32")
     info = sf.info(str(path))
-    assert rate == 1000 and info.subtype == "PCM_16" and audio.shape == (1000,)
+    # padded with silence to min_ms: 1000 ms at 1 kHz = 1000 samples
+    assert rate == timeline.sample_rate and info.subtype == "PCM_16" and audio.shape == (1000,)
     assert np.allclose(audio[300:500], 0.25, atol=1e-4) and not audio[:300].any()
     with pytest.raises(SimulstError):
         timeline.place(np.array([np.nan], dtype=np.float32), 0.0)
@@ -95,11 +96,7 @@ def test_cascade_speaks_each_increment() -> None:
     speech = SpeechOutput(synth)
     cascade = CascadeSession(ToySpeechModel(), ScriptedMT(), StreamOptions(chunk_ms=1000),
                              MTOptions(policy=PolicyOptions.parse("hold-0")), speech=speech)
-    audio = tone(5000)
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], 1000):
-        out += cascade.push(audio[pos : pos + 1000])
-    out += cascade.finish()
+    out = push_in_pieces(cascade, tone(5000), 1000)
     assert synth.texts == [e.text for e in out]
     segments = speech.timeline.segments
     assert [s.ready_ms for s in segments] == [e.source_ms for e in out]

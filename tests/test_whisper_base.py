@@ -65,7 +65,7 @@ def test_the_pause_after_the_last_sentence_is_not_translated(german: SpeechEngin
     # peaking at -43 dBFS: lifted by the level normalisation and read with the previous text as prompt, it was
     # translated "The island of Hong Kong is a very beautiful island." - Silero VAD hears no speech there
     stream = german.open(StreamOptions())
-    assert stream.early_logprob_threshold is None  # (the default "auto": the early guard is off when translating)
+    assert stream.guards.early_logprob_threshold is None  # (the default "auto": off when translating)
     feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav"))
     assert stream.costs.extra.get("trims", 0) >= 1 and stream.costs.extra.get("silent_tail_skips") == 1
     text = stream.text.lower()
@@ -75,9 +75,9 @@ def test_the_pause_after_the_last_sentence_is_not_translated(german: SpeechEngin
 def test_auto_detects_the_language_once() -> None:
     engine = SpeechEngine.load(ModelOptions("whisper-base", language="auto", task="transcribe"))
     stream = engine.open(StreamOptions(chunk_ms=2000, policy=PolicyOptions.parse("la-2")))
-    assert stream.early_logprob_threshold == -0.7  # (the default "auto": on when transcribing)
+    assert stream.guards.early_logprob_threshold == -0.7  # (the default "auto": on when transcribing)
     # (the first 4 s: two chunks, the language detected at the first and kept for the second)
     feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-fr-003.wav")[: 4 * 16000])
     assert stream.costs.encoder_calls == 2
-    prompt = stream.state.prompt
+    prompt = stream.prompt.fixed
     assert prompt is not None and prompt[1] == engine.model.tokenizer.token_id("<|fr|>")  # type: ignore[attr-defined]

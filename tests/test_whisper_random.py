@@ -3,41 +3,24 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.loading import load_model
 from simulst.streaming.session import Session
 from simulst.types import Costs
-from tests.shared_assets import WHISPER_TINY_EN, needs_shared
+from tests.shared_assets import needs_shared
+from tests.toy import ENGLISH_VOCAB, MULTILINGUAL_VOCAB, make_checkpoint
 
 pytestmark = needs_shared
 
 
-def make_checkpoint(directory: Path, vocab_size: int) -> Path:
-    """A random 1-layer Whisper in Hugging Face format, with the shared tokenizer (its ids cover 51864 tokens)."""
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
-
-    torch.manual_seed(0)
-    config = WhisperConfig(
-        vocab_size=vocab_size, num_mel_bins=80, d_model=16, encoder_layers=1, decoder_layers=1,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
-        max_source_positions=1500, max_target_positions=64, decoder_start_token_id=50257, eos_token_id=50256,
-        pad_token_id=50256, bos_token_id=50256, begin_suppress_tokens=[220, 50256], suppress_tokens=[1, 2],
-    )
-    WhisperForConditionalGeneration(config).save_pretrained(directory)
-    shutil.copy(WHISPER_TINY_EN / "tokenizer.json", directory / "tokenizer.json")
-    return directory
-
-
 def test_multilingual_prompt_language_detection_and_translate_task(tmp_path: Path) -> None:
-    directory = make_checkpoint(tmp_path / "multi", 51865)
+    directory = make_checkpoint(tmp_path / "multi", MULTILINGUAL_VOCAB)
     model = load_model(str(directory), language="de", task="translate")
     assert model.multilingual
     enc = model.encode(np.zeros(16000, dtype=np.float32) + 0.01, Costs())
@@ -56,7 +39,7 @@ def test_multilingual_prompt_language_detection_and_translate_task(tmp_path: Pat
 
 
 def test_english_only_checkpoint_rejects_translation(tmp_path: Path) -> None:
-    directory = make_checkpoint(tmp_path / "en", 51864)
+    directory = make_checkpoint(tmp_path / "en", ENGLISH_VOCAB)
     with pytest.raises(OptionError, match="English-only"):
         load_model(str(directory), task="translate")
     with pytest.raises(OptionError, match="unknown task"):
@@ -66,7 +49,7 @@ def test_english_only_checkpoint_rejects_translation(tmp_path: Path) -> None:
 
 
 def test_broken_checkpoints_give_model_load_errors(tmp_path: Path) -> None:
-    directory = make_checkpoint(tmp_path / "broken", 51864)
+    directory = make_checkpoint(tmp_path / "broken", ENGLISH_VOCAB)
     config = json.loads((directory / "config.json").read_text())
     config["model_type"] = "bert"
     (directory / "config.json").write_text(json.dumps(config))
@@ -87,7 +70,8 @@ def test_broken_checkpoints_give_model_load_errors(tmp_path: Path) -> None:
 
 
 def test_a_stream_detects_its_language_once_and_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = load_model(str(make_checkpoint(tmp_path / "multi", 51865)), task="transcribe")  # no language given
+    directory = make_checkpoint(tmp_path / "multi", MULTILINGUAL_VOCAB)
+    model = load_model(str(directory), task="transcribe")  # no language given
     detected: list[int] = []
     original = model.detect_language
 
@@ -104,5 +88,5 @@ def test_a_stream_detects_its_language_once_and_keeps_it(tmp_path: Path, monkeyp
         session.push((0.1 * rng.standard_normal(8000)).astype(np.float32))
     session.finish()
     assert len(detected) == 1  # 4 chunks and the final decode: one detection, at the first decode
-    assert session.state.prompt is not None and session.state.prompt[1] == detected[0]
-    assert session.state.chunks == 4
+    assert session.prompt.fixed is not None and session.prompt.fixed[1] == detected[0]
+    assert session.state.policy.chunks == 4  # every chunk decoded and seen by the policy

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from simulst.audio.io import load_audio
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.models.loading import load_model
 from simulst.models.mel import log_mel_spectrogram
@@ -14,7 +13,7 @@ from simulst.models.whisper import WhisperModel
 from simulst.search import BeamSearch
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission
-from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
+from tests.shared_assets import WHISPER_TINY_EN, needs_shared
 from tests.toy import stream_search
 
 pytestmark = [pytest.mark.real, needs_shared]
@@ -24,11 +23,6 @@ pytestmark = [pytest.mark.real, needs_shared]
 def model() -> WhisperModel:
     torch.manual_seed(0)
     return load_model(str(WHISPER_TINY_EN), window="full")  # (Whisper's own window: compared with transformers)
-
-
-@pytest.fixture(scope="module")
-def jfk() -> np.ndarray:
-    return load_audio(JFK)
 
 
 def stream(model: WhisperModel, audio: np.ndarray, policy: str, chunk_ms: float = 1000.0, search: str = "greedy",
@@ -119,15 +113,16 @@ def test_audio_window_decodes_short_audio(model: WhisperModel, jfk: np.ndarray) 
 def test_the_audio_window_is_at_least_its_shortest_length() -> None:
     # the default window: the audio read + 2 s of silence, at least 10 s (100 mel frames a second)
     model = load_model(str(WHISPER_TINY_EN))
-    assert (model.window, model.window_pad_samples, model.window_min_samples) == ("audio", 32000, 160000)
+    assert (model.window, model.window_pad_samples, model.window_min_samples) == ("audio", 32000, 160000)  # 2 s, 10 s
     assert model.window_frames(16000) == 1000  # 1 s + 2 s -> the shortest window, 10 s
     assert model.window_frames(9 * 16000) == 1100  # 9 s + 2 s = 11 s
     assert model.window_frames(9 * 16000 + 1) == 1102  # rounded up to even (the encoder's stride 2)
     assert model.window_frames(40 * 16000) == 3000  # never beyond Whisper's 30 s
-    assert model.window_frames(16000, "full") == 3000
+    assert model.window_frames(16000, "full") == 3000  # the "full" window: always Whisper's 30 s
+    # the 10 s window = 1000 mel frames -> 500 encoder frames (the encoder's stride 2)
     assert model.encode(np.zeros(16000, dtype=np.float32) + 0.01, Costs()).frames.shape[1] == 500
     unpadded = load_model(str(WHISPER_TINY_EN), window_min_ms=0.0)
-    assert unpadded.window_frames(16000) == 300
+    assert unpadded.window_frames(16000) == 300  # no minimum: 1 s + 2 s of silence
 
 
 def test_int8_decoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:

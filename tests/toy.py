@@ -4,22 +4,29 @@
 the prompt), so every search result can be worked out by hand. ``ToySpeechModel`` knows a fixed sentence and
 "hears" one more word of it every ``ms_per_word`` of audio: before it has heard a word, it continues with a
 wrong guess ("uh") and then ``<eos>`` - a model that hallucinates at chunk ends, as real ones do.
+``ScriptedMT`` translates that sentence's prefixes by table lookup, and ``make_checkpoint`` writes a tiny random
+Whisper for tests that need the real adapter without the real weights.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from simulst.models.base import DecoderModel, Encoded
+from simulst.mt.apertium import WordTokenizer, align_prefix
+from simulst.mt.backend import MTBackend, MTRequest
 from simulst.policies import Policy, PolicyContext, PolicyState
 from simulst.search import Query, Searcher, SearchState
-from simulst.streaming.engine import SpeechEngine
-from simulst.types import Costs, Hypothesis
+from simulst.streaming.engine import SpeechEngine, Stream
+from simulst.types import Costs, Emission, Hypothesis
+from tests.shared_assets import WHISPER_TINY_EN
 
 EOS = 0
 
@@ -139,6 +146,14 @@ def tone(ms: int, rate: int = 1000) -> np.ndarray:
     return (0.1 * np.sin(np.arange(ms * rate // 1000) / 3.0)).astype(np.float32)
 
 
+def push_in_pieces(stream: Stream, audio: np.ndarray, piece: int) -> list[Emission]:
+    """Push ``audio`` into ``stream`` ``piece`` samples at a time, then finish it: every emission, in order."""
+    out: list[Emission] = []
+    for pos in range(0, audio.shape[0], piece):
+        out += stream.push(audio[pos : pos + piece])
+    return out + stream.finish()
+
+
 class StreamSearch:
     """A searcher together with one stream's :class:`SearchState`: ``search(model, enc, prefix, max_new, costs,
     final)`` as a stream calls it, chunk after chunk; ``kept`` / ``seen`` / ``beams`` read the stream's state."""
@@ -193,3 +208,65 @@ class StreamPolicy:
 def stream_policy(policy: Policy) -> StreamPolicy:
     """``policy`` with a fresh stream state."""
     return StreamPolicy(policy)
+
+
+# A "translation" table by source prefix: what the scripted MT outputs for the source read so far. It revises
+# its translation of the last source word ("gato" -> "gata" once it hears "sat") - as MT of prefixes does.
+MT_SCRIPT = {
+    "the": "el",
+    "the cat": "el gato",
+    "the cat sat": "la gata se sentó",
+    "the cat sat on": "la gata se sentó en",
+    "the cat sat on the": "la gata se sentó en la",
+    "the cat sat on the mat": "la gata se sentó en la estera .",
+}
+
+
+class ScriptedMT(MTBackend):
+    """Black-box MT by table lookup (unknown sources: uppercased words), aligned like Apertium."""
+
+    name = "scripted"
+
+    def __init__(self, table: dict[str, str] | None = None) -> None:
+        self.table = MT_SCRIPT if table is None else table
+        self._tokenizer = WordTokenizer()
+        self.calls: list[tuple[str, tuple[int, ...], bool]] = []
+
+    @property
+    def tokenizer(self) -> WordTokenizer:
+        return self._tokenizer
+
+    def translate(
+        self, request: MTRequest, costs: Costs
+    ) -> list[Hypothesis]:
+        source, prefix = request.source, request.prefix
+        self.calls.append((source, tuple(prefix), request.final))
+        words = self.table.get(source, source.upper()).split()
+        committed = [self._tokenizer.word(t) for t in prefix]
+        cut = align_prefix(committed, words)
+        return [Hypothesis((*prefix, *(self._tokenizer.id(w) for w in words[cut:])), 0.0, True)]
+
+
+# Whisper's vocabulary sizes: the English-only *.en models (tiny.en) have 51864 tokens, the multilingual ones one
+# more; the adapter reads a vocabulary of 51865 or more as multilingual (simulst.models.whisper).
+ENGLISH_VOCAB = 51864
+MULTILINGUAL_VOCAB = 51865
+
+
+def make_checkpoint(directory: Path, vocab_size: int) -> Path:
+    """A random 1-layer Whisper in Hugging Face format, with the shared tokenizer (its ids cover ENGLISH_VOCAB tokens).
+
+    ``vocab_size``: :data:`ENGLISH_VOCAB` for an English-only model, :data:`MULTILINGUAL_VOCAB` for a multilingual one.
+    """
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = WhisperConfig(
+        vocab_size=vocab_size, num_mel_bins=80, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_source_positions=1500, max_target_positions=64, decoder_start_token_id=50257, eos_token_id=50256,
+        pad_token_id=50256, bos_token_id=50256, begin_suppress_tokens=[220, 50256], suppress_tokens=[1, 2],
+    )
+    WhisperForConditionalGeneration(config).save_pretrained(directory)
+    shutil.copy(WHISPER_TINY_EN / "tokenizer.json", directory / "tokenizer.json")
+    return directory

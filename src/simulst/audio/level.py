@@ -3,8 +3,8 @@
 Whisper's log-mel front end is not level-invariant: its features are log10 power shifted by a constant, so a
 recording 40 dB below the usual level reaches the encoder as a spectrogram shifted down by 1 (in the normalised
 units of ``(log10 + 4) / 4``), far from anything it was trained on. Some FLEURS recordings peak at -49 dBFS; Whisper
-tiny.en hears "and confluence" for "and can fly" there, and the right words once the audio is lifted (offline WER
-on the six shared English utterances: 8.8 % as recorded, 4.8 % at a peak of 0.3; ``bench/results/performance.md``).
+tiny.en hears "and confluence" for "and can fly" there, and the right words once the audio is lifted (the
+offline WER with and without: ``bench/results/performance.md``).
 
 The gain is computed from the audio being decoded (the stream's buffer up to the decode point), so it is causal and
 follows a change of speaker once the buffer has been trimmed; it never attenuates, and it is capped (``MAX_GAIN``)

@@ -35,11 +35,11 @@ _MODEL: list[Any] = []  # the process's Silero model, once loaded
 def _silero() -> Any:
     """The process's one Silero VAD model (its ONNX export, on ONNX Runtime), loaded at the first call.
 
-    Why ONNX and one copy: the TorchScript model runs 50 to 100 times slower once a second copy has been loaded
-    in the process, or after some sequences of calls (30 ms to 100 ms per 32 ms window instead of 1 ms; torch
-    2.13, silero-vad 6.2), while the ONNX model runs every window in about 0.6 ms with the same probabilities (to
-    1e-6). The ONNX Runtime session holds no stream state: streams share it and each keeps its own
-    (:class:`_StreamModel`).
+    Why ONNX and one copy: the TorchScript model slows down by orders of magnitude once a second copy has been
+    loaded in the process, or after some sequences of calls (torch 2.13, silero-vad 6.2), while the ONNX model
+    runs every window fast with the same probabilities (to 1e-6); the timings are in the reading of
+    ``bench/results/longform.md``. The ONNX Runtime session holds no stream state: streams share it and each keeps
+    its own (:class:`_StreamModel`).
     """
     with _LOCK:
         if not _MODEL:

@@ -14,15 +14,22 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from simulst.audio.io import is_silent, load_audio
-from simulst.cli.options import model_from_args, stream_options_from_args
+from simulst.cli.options import (
+    ArgumentGroups,
+    cli_options,
+    model_from_args,
+    options_from_args,
+    stream_options_from_args,
+)
 from simulst.cli.printing import StreamOutput, final_record
-from simulst.config import PolicyOptions, SearchOptions
+from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
 from simulst.mt.loading import load_mt
 from simulst.mt.options import MTOptions
-from simulst.streaming.cascade import CascadeEngine
+from simulst.streaming.cascade import CascadeEngine, CascadeSession
 from simulst.streaming.feed import feed_fast, feed_realtime
 from simulst.tts.espeak import EspeakSynthesizer
 from simulst.tts.timeline import SpeechOutput
@@ -30,19 +37,18 @@ from simulst.types import Emission
 
 
 def add_cascade_arguments(parser: argparse.ArgumentParser, speech: bool = True) -> None:
-    """Add the cascade options (``--to`` turns the cascade on); ``speech=False`` leaves out the speech output."""
-    group = parser.add_argument_group("cascade (ASR → MT → speech)")
+    """Add the cascade options (``--to`` turns the cascade on; the MT stage's from :class:`MTOptions`' fields);
+    ``speech=False`` leaves out the speech output."""
+    groups = ArgumentGroups(parser)
+    group = groups[CASCADE]
     group.add_argument("--to", metavar="LANG", default=None,
                        help="translate into LANG with a cascade: the ASR transcript (source language: --language, "
                             "default en) goes through a simultaneous MT stage, e.g. --to es")
     group.add_argument("--mt", default="apertium", metavar="apertium|DIR_OR_HUB_ID",
                        help="MT backend: apertium (default, offline: Debian apertium + apertium-eng-spa), "
                             "apertium:PAIR, or a Hugging Face MarianMT / M2M100 / NLLB directory or hub id")
-    group.add_argument("--mt-policy", default="la-2",
-                       help="MT stage policy on the committed source: offline | la-N | hold-N | sp-N | wait-K "
-                            "(wait-K counts source words; default la-2)")
-    group.add_argument("--mt-search", default="greedy", help="greedy | beam, for neural MT (default greedy)")
-    group.add_argument("--mt-beam", type=int, default=5, help="beam size of --mt-search beam (default 5)")
+    for option in cli_options(MTOptions):
+        groups.add(option)
     if speech:
         group.add_argument("--speak", metavar="OUT.wav", default=None,
                            help="also synthesise each translated increment (espeak-ng) and write the speech as a "
@@ -57,19 +63,17 @@ def add_cascade_arguments(parser: argparse.ArgumentParser, speech: bool = True) 
 
 def mt_options_from_args(args: argparse.Namespace) -> MTOptions:
     """Build (and validate) :class:`MTOptions`; raises ``OptionError``."""
-    search = SearchOptions(name=args.mt_search, beam=args.mt_beam)
-    return MTOptions(policy=PolicyOptions.parse(args.mt_policy), search=search)
+    return options_from_args(MTOptions, args)
 
 
-def cascade_from_args(args: argparse.Namespace) -> CascadeEngine:
-    """The cascade the arguments name (for eval / sweep).
+def cascade_from_args(args: argparse.Namespace, mt_options: MTOptions | None = None) -> CascadeEngine:
+    """The cascade the arguments name (``mt_options``: built from them already).
 
     Raises:
         ModelLoadError, OptionError: as the loaders do.
     """
-    mt_options = mt_options_from_args(args)
-    source_lang = getattr(args, "language", None) or "en"
-    mt = load_mt(args.mt, source_lang, args.to, getattr(args, "device", "cpu"))
+    mt_options = mt_options or mt_options_from_args(args)
+    mt = load_mt(args.mt, args.language or "en", args.to, args.device)
     asr = model_from_args(args, task="transcribe")
     return CascadeEngine(asr, mt, mt_options)
 
@@ -80,21 +84,13 @@ def run_cascade(args: argparse.Namespace) -> int:
         raise OptionError("the cascade needs a target language (--to LANG)")
     options = stream_options_from_args(args)
     mt_options = mt_options_from_args(args)
-    speak_path = getattr(args, "speak", None)
-    speech = None
-    if speak_path:
-        clock = args.speak_clock or ("wall" if args.realtime else "source")
-        if clock == "wall" and not args.realtime:
-            raise OptionError("--speak-clock wall needs --realtime")
-        speech = SpeechOutput(EspeakSynthesizer(args.voice or args.to, args.speech_rate), clock=clock)
+    speech = _speech_output(args)
     audio = load_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime)
-    source_lang = args.language or "en"
-    mt = load_mt(args.mt, source_lang, args.to, args.device)
-    asr = model_from_args(args, task="transcribe")
-    if asr.sample_rate != 16000:
-        audio = load_audio(args.audio, asr.sample_rate)
-    cascade = CascadeEngine(asr, mt, mt_options).open(options, catch_up=args.realtime)
+    engine = cascade_from_args(args, mt_options)
+    if engine.sample_rate != 16000:
+        audio = load_audio(args.audio, engine.sample_rate)
+    cascade = engine.open(options, catch_up=args.realtime)
 
     def emit(emission: Emission, wall_ms: float) -> None:
         output.emit(emission, wall_ms)
@@ -103,54 +99,69 @@ def run_cascade(args: argparse.Namespace) -> int:
 
     wall_start = time.perf_counter()
     feed = feed_realtime if args.realtime else feed_fast
-    source_s = audio.shape[0] / asr.sample_rate
+    source_s = audio.shape[0] / engine.sample_rate
     with output.streaming(end_ms=source_s * 1000.0):  # captions of the translated text
         feed(cascade, audio, emit)
     wall_s = time.perf_counter() - wall_start
-    costs = cascade.costs
-    rtf = costs.compute_s / source_s if source_s else 0.0
-    speech_info: dict[str, object] | None = None
-    speech_line = ""
-    if speech is not None and speak_path:
-        path = speech.write(speak_path, min_ms=source_s * 1000.0)
-        m = speech.metrics(source_s * 1000.0)
-        offsets = "no speech" if m.start_offset_ms is None or m.end_offset_ms is None else (
-            f"StartOffset {m.start_offset_ms / 1000.0:.2f} s, EndOffset {m.end_offset_ms / 1000.0:.2f} s")
-        speech_line = (f"-- speech: {path}, {m.duration_ms / 1000.0:.2f} s, {m.segments} segments, {offsets} "
-                       f"({speech.clock} clock)")
-        speech_info = {
-            "path": str(path),
-            "duration_s": round(m.duration_ms / 1000.0, 3),
-            "speech_s": round(m.speech_ms / 1000.0, 3),
-            "segments": m.segments,
-            "start_offset_ms": None if m.start_offset_ms is None else round(m.start_offset_ms, 1),
-            "end_offset_ms": None if m.end_offset_ms is None else round(m.end_offset_ms, 1),
-            "clock": speech.clock,
-            "synthesis_s": round(m.synthesis_s, 4),
-        }
-    if output.json:
-        final = final_record(cascade, source_s, wall_s)
-        final.update({
-            "source_text": cascade.source_text,
-            "mt": mt.name,
-            "mt_policy": str(mt_options.policy),
-            "mt_compute_s": round(cascade.mt.costs.compute_s, 4),
-        })
-        if speech_info is not None:
-            final["speech"] = speech_info
-        print(json.dumps(final, ensure_ascii=False), flush=True)
-    else:
-        print(f"\n{cascade.text}", file=output.summary)
-        print(f"(source: {cascade.source_text})", file=output.summary)
-        print(
-            f"-- {len(cascade.text.split())} words, {source_s:.2f} s of source, {costs.compute_s:.2f} s of compute "
-            f"({cascade.mt.costs.compute_s:.2f} s MT), real-time factor {rtf:.3f}, {len(cascade.emissions)} "
-            f"emissions, {costs.decoder_calls} decoder passes, MT {mt.name} {mt_options.policy}",
-            file=output.summary, flush=True,
-        )
-        if speech_line:
-            print(speech_line, file=output.summary, flush=True)
+    report = _write_speech(speech, args.speak, source_s) if speech is not None else None
+    _print_summary(cascade, engine, output, source_s, wall_s, report)
     if is_silent(audio):
         print("simulst: the audio is silent: nothing to translate", file=sys.stderr)
         return 1
     return 0
+
+
+def _speech_output(args: argparse.Namespace) -> SpeechOutput | None:
+    """The speech output ``--speak`` asks for (None: none)."""
+    if not args.speak:
+        return None
+    clock = args.speak_clock or ("wall" if args.realtime else "source")
+    if clock == "wall" and not args.realtime:
+        raise OptionError("--speak-clock wall needs --realtime")
+    return SpeechOutput(EspeakSynthesizer(args.voice or args.to, args.speech_rate), clock=clock)
+
+
+def _write_speech(speech: SpeechOutput, path: str, source_s: float) -> tuple[str, dict[str, Any]]:
+    """Write the translated speech to ``path``; what the summary reports of it: a line, and the JSON record."""
+    written = speech.write(path, min_ms=source_s * 1000.0)
+    m = speech.metrics(source_s * 1000.0)
+    offsets = "no speech" if m.start_offset_ms is None or m.end_offset_ms is None else (
+        f"StartOffset {m.start_offset_ms / 1000.0:.2f} s, EndOffset {m.end_offset_ms / 1000.0:.2f} s")
+    line = (f"-- speech: {written}, {m.duration_ms / 1000.0:.2f} s, {m.segments} segments, {offsets} "
+            f"({speech.clock} clock)")
+    return line, {
+        "path": str(written),
+        "duration_s": round(m.duration_ms / 1000.0, 3),
+        "speech_s": round(m.speech_ms / 1000.0, 3),
+        "segments": m.segments,
+        "start_offset_ms": None if m.start_offset_ms is None else round(m.start_offset_ms, 1),
+        "end_offset_ms": None if m.end_offset_ms is None else round(m.end_offset_ms, 1),
+        "clock": speech.clock,
+        "synthesis_s": round(m.synthesis_s, 4),
+    }
+
+
+def _print_summary(cascade: CascadeSession, engine: CascadeEngine, output: StreamOutput, source_s: float,
+                   wall_s: float, speech: tuple[str, dict[str, Any]] | None) -> None:
+    """The final summary: the ``{"event": "final"}`` JSON line, or the text, its source and the counters."""
+    mt_name, mt_policy, mt_compute_s = engine.mt.name, engine.mt_options.policy, cascade.mt.costs.compute_s
+    if output.json:
+        final = final_record(cascade, source_s, wall_s)
+        final.update({"source_text": cascade.source_text, "mt": mt_name, "mt_policy": str(mt_policy),
+                      "mt_compute_s": round(mt_compute_s, 4)})
+        if speech is not None:
+            final["speech"] = speech[1]
+        print(json.dumps(final, ensure_ascii=False), flush=True)
+        return
+    costs = cascade.costs
+    rtf = costs.compute_s / source_s if source_s else 0.0
+    print(f"\n{cascade.text}", file=output.summary)
+    print(f"(source: {cascade.source_text})", file=output.summary)
+    print(
+        f"-- {len(cascade.text.split())} words, {source_s:.2f} s of source, {costs.compute_s:.2f} s of compute "
+        f"({mt_compute_s:.2f} s MT), real-time factor {rtf:.3f}, {len(cascade.emissions)} "
+        f"emissions, {costs.decoder_calls} decoder passes, MT {mt_name} {mt_policy}",
+        file=output.summary, flush=True,
+    )
+    if speech is not None:
+        print(speech[0], file=output.summary, flush=True)

@@ -6,8 +6,7 @@ Reproduces the shipped head (``simulst/assets/ctc/whisper-tiny.en-char.safetenso
         --threads 2 --out src/simulst/assets/ctc/whisper-tiny.en-char.safetensors \\
         --eval ../shared/data/jfk.tsv ../shared/data/fleurs-en-dev.tsv
 
-(espeak-ng and flite from Debian; on 2 shared CPU cores: synthesis ~5 min, encoding 1342 windows once ~32 min,
-4 epochs of the head ~32 min.)
+(espeak-ng and flite from Debian; the training run and its steps' times: ``bench/results/ctc_head.md``.)
 
 Steps (each reuses its output in ``--work-dir`` when present): synthesise ``--synthesize N`` utterances with
 espeak-ng/flite (:mod:`simulst.ctc.data`) from the first N sentences of the shipped English list (harvested

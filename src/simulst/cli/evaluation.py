@@ -25,7 +25,13 @@ from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
 from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
 from simulst.errors import OptionError
 from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
-from simulst.evaluation.longform import RESEGMENTERS, LongformOptions, score_longform_log, write_longform_scores
+from simulst.evaluation.longform import (
+    LONGFORM_METRICS,
+    RESEGMENTERS,
+    LongformOptions,
+    score_longform_log,
+    write_longform_scores,
+)
 from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
 from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
@@ -38,12 +44,8 @@ from simulst.streaming.engine import Engine, SpeechEngine
 def register(subparsers: Any) -> None:
     """Add ``eval``, ``score`` and ``sweep`` to the ``simulst`` argument parser's subparsers."""
     text = "run a test set through simulst and write a SimulEval-compatible output folder"
-    p = subparsers.add_parser("eval", help=text, description=text)
-    _add_test_set_arguments(p, multiple=False)
-    p.add_argument("--output", "-o", required=True, help="output folder (instances.log, scores.tsv, ...)")
-    add_stream_arguments(p)
-    _add_task_argument(p)
-    add_cascade_arguments(p, speech=False)
+    p = _add_run_parser(subparsers, "eval", text, multiple=False,
+                        output="output folder (instances.log, scores.tsv, ...)")
     _add_eval_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming the folder's log")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
     text = "score an instances.log (written by simulst or SimulEval) and print the metrics"
     p = subparsers.add_parser("score", help=text, description=text)
     p.add_argument("logdir", help="output folder holding instances.log (or the log file itself)")
-    _add_scoring_arguments(p)
+    _add_scoring_arguments(p, long_form=True)
     p.add_argument("--computation-aware", action=argparse.BooleanOptionalAction, default=None,
                    help="add the NAME_CA metrics (default: when the log has elapsed times)")
     p.add_argument("--no-use-ref-len", action="store_true",
@@ -65,12 +67,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=score_command)
 
     text = "run a grid of configurations over a test set; write a table (CSV, Markdown) and quality-latency plots"
-    p = subparsers.add_parser("sweep", help=text, description=text)
-    _add_test_set_arguments(p, multiple=True)
-    p.add_argument("--output", "-o", required=True, help="sweep folder (runs/, sweep.csv, sweep.md, *.png)")
-    add_stream_arguments(p)
-    _add_task_argument(p)
-    add_cascade_arguments(p, speech=False)
+    p = _add_run_parser(subparsers, "sweep", text, multiple=True,
+                        output="sweep folder (runs/, sweep.csv, sweep.md, *.png)")
     p.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
                    help="policies to sweep, e.g. la-2 la-3 hold-6 sp-2 offline (default: --policy)")
     p.add_argument("--chunks", nargs="+", type=float, default=None, metavar="MS",
@@ -88,6 +86,18 @@ def register(subparsers: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- arguments
+
+
+def _add_run_parser(subparsers: Any, name: str, text: str, multiple: bool, output: str) -> argparse.ArgumentParser:
+    """A subcommand that streams a test set (``eval``, ``sweep``): the test set, the output folder, the stream,
+    task and cascade options."""
+    p: argparse.ArgumentParser = subparsers.add_parser(name, help=text, description=text)
+    _add_test_set_arguments(p, multiple=multiple)
+    p.add_argument("--output", "-o", required=True, help=output)
+    add_stream_arguments(p)
+    _add_task_argument(p)
+    add_cascade_arguments(p, speech=False)
+    return p
 
 
 def _add_test_set_arguments(p: argparse.ArgumentParser, multiple: bool) -> None:
@@ -114,17 +124,24 @@ def _add_task_argument(p: argparse.ArgumentParser) -> None:
                    help="Whisper task (translate: into English); default transcribe")
 
 
-def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
+def _add_scoring_arguments(p: argparse.ArgumentParser, long_form: bool = False) -> None:
+    """The scoring options; with ``long_form`` the metric lists also take the long-form metrics."""
     group = p.add_argument_group("scoring")
     group.add_argument("--eval-latency-unit", choices=LATENCY_UNITS, default="word",
                        help="latency unit: word, char (zh/ja) or spm (default word)")
     group.add_argument("--eval-latency-spm-model", default=None, help="SentencePiece model for the spm unit")
-    group.add_argument("--latency-metrics", nargs="+", default=list(DEFAULT_LATENCY_METRICS),
-                       choices=list(LATENCY_METRICS), metavar="NAME",
-                       help=f"latency metrics (default {' '.join(DEFAULT_LATENCY_METRICS)}; "
-                            f"also {' '.join(n for n in LATENCY_METRICS if n not in DEFAULT_LATENCY_METRICS)})")
-    group.add_argument("--quality-metrics", nargs="+", default=list(QUALITY_METRICS), choices=QUALITY_METRICS,
-                       metavar="NAME", help=f"quality metrics (default {' '.join(QUALITY_METRICS)})")
+    latency = list(LATENCY_METRICS)
+    latency_help = (f"latency metrics (default {' '.join(DEFAULT_LATENCY_METRICS)}; "
+                    f"also {' '.join(n for n in LATENCY_METRICS if n not in DEFAULT_LATENCY_METRICS)})")
+    quality_help = f"quality metrics (default {' '.join(QUALITY_METRICS)})"
+    if long_form:
+        latency += list(LONGFORM_METRICS)
+        latency_help += f"; --long-form: {' '.join(LONGFORM_METRICS)} (default all)"
+        quality_help += "; --long-form at the char unit: those that do not count words"
+    group.add_argument("--latency-metrics", nargs="+", default=None, choices=latency, metavar="NAME",
+                       help=latency_help)
+    group.add_argument("--quality-metrics", nargs="+", default=None, choices=QUALITY_METRICS, metavar="NAME",
+                       help=quality_help)
     group.add_argument("--sacrebleu-tokenizer", default=DEFAULT_SACREBLEU_TOKENIZER,
                        help="sacreBLEU tokenizer: 13a (default), zh, ja-mecab, char, intl, ...")
 
@@ -132,16 +149,17 @@ def _add_scoring_arguments(p: argparse.ArgumentParser) -> None:
 def _add_longform_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group(
         "long-form",
-        "one instance per talk, resegmented onto the reference sentences as OmniSTEval does; scores BLEU, chrF, "
-        "WER, WER_norm, StreamLAAL, LongYAAL (and _CA); --latency-metrics / --quality-metrics do not apply",
+        "one instance per talk, resegmented onto the reference sentences as OmniSTEval does; scores "
+        f"{', '.join(QUALITY_METRICS)}, {', '.join(LONGFORM_METRICS)} (and _CA), or what --quality-metrics / "
+        "--latency-metrics choose",
     )
     group.add_argument("--long-form", action="store_true",
                        help="score each instance as a whole talk against --references and --segmentation")
     group.add_argument("--references", metavar="FILE", help="reference sentences, one per line (one per segment)")
     group.add_argument("--segmentation", metavar="FILE",
                        help="the talks' segmentation, YAML or JSON: per sentence wav, offset, duration (seconds)")
-    group.add_argument("--resegmenter", choices=RESEGMENTERS, default="soft",
-                       help="soft: OmniSTEval's SoftSegmenter (default); mwer: minimum-WER cut (mwerSegmenter)")
+    group.add_argument("--resegmenter", choices=list(RESEGMENTERS), default="soft",
+                       help="; ".join(f"{name}: {r.summary}" for name, r in RESEGMENTERS.items()))
     group.add_argument("--lang", default=None, metavar="CODE",
                        help="Moses-tokenize this language for the alignment, as OmniSTEval's --lang (default none)")
     group.add_argument("--fix-elapsed", action="store_true",
@@ -189,17 +207,50 @@ def items_from_args(args: argparse.Namespace) -> list[TestItem]:
     return items
 
 
+def _scoring_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`ScoreOptions` fields that ``eval``, ``sweep`` and ``score`` read alike."""
+    return {
+        "latency_unit": args.eval_latency_unit,
+        "spm_model": args.eval_latency_spm_model,
+        "latency_metrics": tuple(args.latency_metrics or DEFAULT_LATENCY_METRICS),
+        "quality_metrics": tuple(args.quality_metrics or QUALITY_METRICS),
+        "sacrebleu_tokenizer": args.sacrebleu_tokenizer,
+        "computation_aware": args.computation_aware,
+    }
+
+
 def eval_options_from_args(args: argparse.Namespace, resume: bool = True) -> EvalOptions:
     """:class:`EvalOptions` from the parsed ``eval`` / ``sweep`` arguments."""
-    return EvalOptions(
-        latency_unit=args.eval_latency_unit,
-        spm_model=args.eval_latency_spm_model,
-        computation_aware=args.computation_aware,
-        latency_metrics=tuple(args.latency_metrics),
-        quality_metrics=tuple(args.quality_metrics),
+    return EvalOptions(**_scoring_from_args(args), resume=resume,
+                       progress=not args.no_progress_bar and sys.stderr.isatty())
+
+
+def score_options_from_args(args: argparse.Namespace) -> ScoreOptions:
+    """:class:`ScoreOptions` from the parsed ``score`` arguments (short-form)."""
+    if args.references or args.segmentation:
+        raise OptionError("--references and --segmentation go with --long-form")
+    long_form = [n for n in args.latency_metrics or () if n in LONGFORM_METRICS]
+    if long_form:
+        raise OptionError(f"{', '.join(long_form)}: long-form latency metrics, scored with --long-form")
+    return ScoreOptions(**_scoring_from_args(args), use_ref_len=not args.no_use_ref_len)
+
+
+def longform_options_from_args(args: argparse.Namespace) -> LongformOptions:
+    """:class:`LongformOptions` from the parsed ``score --long-form`` arguments."""
+    if not args.references or not args.segmentation:
+        raise OptionError("--long-form needs --references (one sentence per line) and --segmentation (YAML/JSON)")
+    if args.eval_latency_unit == "spm":
+        raise OptionError("long-form scoring counts words or characters: --eval-latency-unit word or char")
+    return LongformOptions(
+        method=args.resegmenter,
+        lang=args.lang,
+        unit=args.eval_latency_unit,
         sacrebleu_tokenizer=args.sacrebleu_tokenizer,
-        resume=resume,
-        progress=not args.no_progress_bar and sys.stderr.isatty(),
+        computation_aware=args.computation_aware,
+        fix_elapsed=args.fix_elapsed,
+        offset_delays=args.offset_delays,
+        latency_metrics=tuple(args.latency_metrics) if args.latency_metrics else None,
+        quality_metrics=tuple(args.quality_metrics) if args.quality_metrics else None,
     )
 
 
@@ -208,6 +259,14 @@ def _print_report(report: ScoreReport, as_json: bool) -> None:
         print(report.to_json())
     else:
         print(format_table(report))
+
+
+def _write_folder(args: argparse.Namespace) -> Path | None:
+    """Where ``score --write`` writes: the log's folder (None without ``--write``)."""
+    if not args.write:
+        return None
+    target = Path(args.logdir)
+    return target if target.is_dir() else target.parent
 
 
 # ------------------------------------------------------------------------------------------------- commands
@@ -236,47 +295,18 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def score_command(args: argparse.Namespace) -> int:
-    """``simulst score``: score an existing log and print a table or JSON."""
+    """``simulst score``: score an existing log and print a table or JSON (``--long-form``: each instance a talk,
+    resegmented onto its reference sentences)."""
+    folder = _write_folder(args)
     if args.long_form:
-        return score_longform_command(args)
-    if args.references or args.segmentation:
-        raise OptionError("--references and --segmentation go with --long-form")
-    options = ScoreOptions(
-        latency_unit=args.eval_latency_unit,
-        spm_model=args.eval_latency_spm_model,
-        latency_metrics=tuple(args.latency_metrics),
-        quality_metrics=tuple(args.quality_metrics),
-        sacrebleu_tokenizer=args.sacrebleu_tokenizer,
-        computation_aware=args.computation_aware,
-        use_ref_len=not args.no_use_ref_len,
-    )
-    report = score_log(args.logdir, options)
-    if args.write:
-        target = Path(args.logdir)
-        write_scores(target if target.is_dir() else target.parent, report)
-    _print_report(report, args.json)
-    return 0
-
-
-def score_longform_command(args: argparse.Namespace) -> int:
-    """``simulst score --long-form``: resegment every talk onto its reference sentences and score them."""
-    if not args.references or not args.segmentation:
-        raise OptionError("--long-form needs --references (one sentence per line) and --segmentation (YAML/JSON)")
-    if args.eval_latency_unit == "spm":
-        raise OptionError("long-form scoring counts words or characters: --eval-latency-unit word or char")
-    options = LongformOptions(
-        method=args.resegmenter,
-        lang=args.lang,
-        unit=args.eval_latency_unit,
-        sacrebleu_tokenizer=args.sacrebleu_tokenizer,
-        computation_aware=args.computation_aware,
-        fix_elapsed=args.fix_elapsed,
-        offset_delays=args.offset_delays,
-    )
-    report = score_longform_log(args.logdir, args.references, args.segmentation, options)
-    if args.write:
-        target = Path(args.logdir)
-        write_longform_scores(target if target.is_dir() else target.parent, report)
+        longform = score_longform_log(args.logdir, args.references, args.segmentation, longform_options_from_args(args))
+        if folder:
+            write_longform_scores(folder, longform)
+        _print_report(longform, args.json)
+        return 0
+    report = score_log(args.logdir, score_options_from_args(args))
+    if folder:
+        write_scores(folder, report)
     _print_report(report, args.json)
     return 0
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from simulst.audio.io import is_silent, load_audio
 from simulst.cli import ctc as ctc_commands
@@ -19,14 +20,50 @@ from simulst.cli import serve as serve_commands
 from simulst.cli.cascade import add_cascade_arguments, run_cascade
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
+from simulst.config import POLICIES, SEARCHES
 from simulst.errors import SimulstError
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast, feed_realtime
 
 
+class _ListRegistry(argparse.Action):
+    """``--list-policies`` / ``--list-searches``: print what a registry holds, one entry a line, and exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, listing: Callable[[], str], help: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+        self.listing = listing
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(self.listing())
+        parser.exit(0)
+
+
+def describe_policies() -> str:
+    """Every registered policy: how it is written, what it does, and where it cannot run."""
+    return "\n".join(_entry(spec.syntax, spec.help + ("" if spec.text_source else " [speech only: not for a "
+                                                                                   "cascade's MT stage]"))
+                     for spec in POLICIES.entries())
+
+
+def describe_searches() -> str:
+    """Every registered search: its name and what it does."""
+    return "\n".join(_entry(spec.name, spec.help + ("" if spec.steerable else " [takes no policy stop rule and no "
+                                                                              "--ctc-weight]"))
+                     for spec in SEARCHES.entries())
+
+
+def _entry(name: str, text: str) -> str:
+    return textwrap.fill(text, width=100, initial_indent=f"{name:<16} ", subsequent_indent=" " * 17)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="simulst", description="Simultaneous speech translation and transcription.")
+    parser.add_argument("--list-policies", action=_ListRegistry, listing=describe_policies,
+                        help="list the policies --policy takes (and what each does) and exit")
+    parser.add_argument("--list-searches", action=_ListRegistry, listing=describe_searches,
+                        help="list the searches --search takes (and what each does) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, task, text in (
         ("transcribe", "transcribe", "stream AUDIO through the model and print the transcript as it is committed"),
@@ -41,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--realtime", action="store_true",
                        help="computation-aware: feed audio at wall-clock speed while the model computes")
         add_output_arguments(p)
-        p.set_defaults(func=run_stream, task=task)
+        p.set_defaults(func=run_stream if name == "transcribe" else run_translate, task=task)
     evaluation_commands.register(sub)  # eval, score, sweep
     ctc_commands.register(sub)  # train-ctc
     serve_commands.register(sub)  # serve
@@ -49,10 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_translate(args: argparse.Namespace) -> int:
+    """The translate subcommand: a cascade with ``--to LANG``, else the model's own translation into English."""
+    return run_cascade(args) if args.to else run_stream(args)
+
+
 def run_stream(args: argparse.Namespace) -> int:
-    """The transcribe / translate subcommands."""
-    if getattr(args, "to", None):
-        return run_cascade(args)
+    """The transcribe subcommand (and translate without ``--to``)."""
     options = stream_options_from_args(args)
     audio = load_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime)

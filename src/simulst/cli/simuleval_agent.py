@@ -41,7 +41,7 @@ class SimulstAgent(SpeechToTextAgent):
             if args is None:
                 raise ValueError("SimulstAgent needs parsed arguments, or a model and stream options")
             options = options or stream_options_from_args(args)
-            model = model or model_from_args(args, task=getattr(args, "task", "transcribe"))
+            model = model or model_from_args(args, task=args.task)
         self.model: SpeechModel = model
         self.stream_options: StreamOptions = options
         self.session: Session = Session(model, options)

@@ -15,7 +15,8 @@ Every formula here reproduces SimulEval 1.1.4 (``simuleval/evaluator/scorers/lat
   with an empty output are skipped (SimulEval does so silently; :func:`corpus_latency` returns how many).
 * The latency unit changes only |Y*|: the delays in a log are already one per unit.
 
-A metric is registered under its SimulEval name; ``NAME_CA`` is the same metric on ``elapsed``.
+A metric is registered under its SimulEval name (:func:`register_formula` on a formula function, or
+:func:`register_latency_metric` on a :class:`LatencyMetric` class); ``NAME_CA`` is the same metric on ``elapsed``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
+from simulst.config.registry import Registry
 from simulst.errors import OptionError
 
 LATENCY_UNITS = ("word", "char", "spm")
@@ -61,167 +63,6 @@ def reference_length(reference: str | None, unit: str = "word", spm: PieceEncode
             raise OptionError("the spm latency unit needs a SentencePiece model (--eval-latency-spm-model)")
         return len(spm.encode(reference, out_type=str))
     raise OptionError(f"unknown latency unit {unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The formulas, on plain sequences (one instance). d: delays (or elapsed), x: |X| in ms, y_ref: |Y*|.
-
-
-def average_lagging(d: Sequence[float], x: float, y_ref: float) -> float:
-    r"""Average Lagging (Ma et al. 2019, STACL, arXiv:1810.08398; SimulEval ``ALScorer``).
-
-    AL = (1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/|Y*|), with τ = the first i such that d_i ≥ |X| (τ = |Y| when no
-    delay reaches |X|). When d_1 > |X| (an output that starts after the source ended), AL = d_1; at d_1 = |X|
-    the sum gives the same value.
-    """
-    return _lagging(d, x, y_ref)
-
-
-def _lagging(d: Sequence[float], x: float, y: float) -> float:
-    """(1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/y), τ the first i with d_i ≥ |X| (|Y| when none); d_1 when d_1 > |X|."""
-    if d[0] > x:
-        return d[0]
-    gamma = y / x  # SimulEval divides by the rate y/|X| rather than multiply by |X|/y
-    total = 0.0
-    tau = 0
-    for i_minus_1, di in enumerate(d):
-        total += di - i_minus_1 / gamma
-        tau = i_minus_1 + 1
-        if di >= x:
-            break
-    return total / tau
-
-
-def length_adaptive_average_lagging(d: Sequence[float], x: float, y_ref: float) -> float:
-    r"""Length-Adaptive Average Lagging (Polák et al. 2022, CUNI-KIT IWSLT 2022, eq. 6; Papi et al. 2022,
-    arXiv:2206.05807; SimulEval ``LAALScorer``).
-
-    LAAL = (1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/max(|Y|, |Y*|)), τ as in AL; LAAL = d_1 when d_1 > |X|.
-    An over-long output (|Y| > |Y*|) no longer makes the oracle run faster than the source, so it cannot
-    earn a negative lag.
-    """
-    return _lagging(d, x, max(len(d), y_ref))
-
-
-def average_proportion(d: Sequence[float], x: float, y_ref: float) -> float:
-    r"""Average Proportion (Cho & Esipova 2016, arXiv:1606.02012; SimulEval ``APScorer``).
-
-    AP = Σ_{i=1..|Y|} d_i / (|X|·|Y*|)  (SimulEval divides by the reference length |Y*|, not |Y|).
-    """
-    return math.fsum(d) / (x * y_ref)
-
-
-def differentiable_average_lagging(d: Sequence[float], x: float) -> float:
-    r"""Differentiable Average Lagging (Arivazhagan et al. 2019, MILk, arXiv:1906.05218; SimulEval
-    ``DALScorer``).
-
-    d'_1 = d_1, d'_i = max(d_i, d'_{i−1} + |X|/|Y|); DAL = (1/|Y|) Σ_{i=1..|Y|} (d'_i − (i−1)·|X|/|Y|).
-    SimulEval uses the output length |Y| here, not |Y*|, and sums over all outputs (no τ cut-off).
-    """
-    n = len(d)
-    gamma = n / x
-    total = 0.0
-    prev = 0.0
-    for i_minus_1, di in enumerate(d):
-        g = di if i_minus_1 == 0 else max(di, prev + 1 / gamma)
-        total += g - i_minus_1 / gamma
-        prev = g
-    return total / n
-
-
-def start_offset(d: Sequence[float]) -> float:
-    """StartOffset (SimulEval ``StartOffsetScorer``): d_1, the time of the first output unit."""
-    return d[0]
-
-
-def end_offset(d: Sequence[float], x: float) -> float:
-    """EndOffset (SimulEval ``EndOffsetScorer``, text output): d_|Y| − |X|, how long after the source ended the
-    last output unit came."""
-    return d[-1] - x
-
-
-def end_ratio(d: Sequence[float], x: float) -> float:
-    """SimulEval's ``RTF`` scorer: d_|Y| / |X| (with ``elapsed``: end of output relative to the source length).
-
-    Not the compute real-time factor (see ``ComputeRTF`` in :mod:`simulst.evaluation.scoring`).
-    """
-    return d[-1] / x
-
-
-def average_token_delay(
-    delays: Sequence[float],
-    compute_times: Sequence[float] | None = None,
-    source_token_ms: float = ATD_SOURCE_TOKEN_MS,
-    target_token_ms: float = ATD_TARGET_TOKEN_MS,
-) -> float:
-    r"""Average Token Delay (Kano et al. 2023, arXiv:2211.13173; SimulEval ``ATDScorer``, speech → text).
-
-    The source read up to the last output is cut into chunks at the distinct delays, and every chunk into
-    virtual source tokens of ``source_token_ms`` (the remainder is a shorter last token); output tokens are
-    grouped into chunks of equal consecutive delay. Each output token t, in chunk c, is paired with source
-    token s(t) = min(t − max(0, Acc_y(c) − Acc_x(c)), Acc_x(c+1)), where Acc_y(c)/Acc_x(c) count the output /
-    source tokens of the chunks before c. Output token t ends at T_y(t) = max(d_t, T_y(t−1)) + len_y + ct_t,
-    where ct_t is the compute time spent on it (0 when computation-unaware; with ``elapsed``:
-    ct_t = (e_t − d_t) − (e_{t−1} − d_{t−1})), and source token s ends at T_x(s) (its cumulative length).
-    ATD = (1/|Y|) Σ_t (T_y(t) − T_x(s(t))).
-
-    Args:
-        delays: d_1..d_|Y| (always the computation-unaware delays: they define the chunks).
-        compute_times: ct_1..ct_|Y|, or None for zeros.
-    """
-    n = len(delays)
-    ct = list(compute_times) if compute_times is not None else [0.0] * n
-
-    # target chunks: runs of equal consecutive delays
-    tgt_chunk_sizes: list[int] = [0]
-    prev: float | None = None
-    for di in delays:
-        if di != prev:
-            tgt_chunk_sizes.append(1)
-        else:
-            tgt_chunk_sizes[-1] += 1
-        prev = di
-    tgt_token_chunk: list[int] = [0]
-    for c, size in enumerate(tgt_chunk_sizes[1:], 1):
-        tgt_token_chunk += [c] * size
-
-    # source chunks: between the distinct delays (in order of first appearance), cut into virtual tokens
-    distinct = list(dict.fromkeys(delays))
-    src_chunk_sizes: list[int] = [0]
-    src_token_end: list[float] = [0.0]
-    for cur, before in zip(distinct, [0.0, *distinct[:-1]], strict=True):
-        whole, rest = divmod(cur - before, source_token_ms)
-        lens = int(whole) * [source_token_ms] + ([rest] if rest != 0 else [])
-        src_chunk_sizes.append(len(lens))
-        for length in lens:
-            src_token_end.append(src_token_end[-1] + length)
-
-    tgt_token_end: list[float] = [0.0]
-    for di, ci in zip(delays, ct, strict=False):
-        start = max(di, tgt_token_end[-1])
-        tgt_token_end.append(start + target_token_ms + ci)
-
-    lags = []
-    for t in range(1, len(tgt_token_chunk)):
-        c = tgt_token_chunk[t]
-        acc_x = sum(src_chunk_sizes[:c])
-        acc_y = sum(tgt_chunk_sizes[:c])
-        s = t - max(0, acc_y - acc_x)
-        current_src = sum(src_chunk_sizes[: c + 1])
-        s = min(s, current_src)
-        lags.append(tgt_token_end[t] - src_token_end[s])
-    return math.fsum(lags) / len(lags)
-
-
-def compute_increments(delays: Sequence[float], elapsed: Sequence[float]) -> list[float]:
-    """Compute time spent on each output unit: ct_t = (e_t − d_t) − (e_{t−1} − d_{t−1}), e_0 − d_0 = 0.
-
-    SimulEval's ATD_CA convention; an all-zero ``elapsed`` means "no compute information" (zeros).
-    """
-    if all(e == 0 for e in elapsed):
-        return [0.0] * len(elapsed)
-    spent = [e - d for e, d in zip(elapsed, delays, strict=False)]
-    return [s - p for s, p in zip(spent, [0.0, *spent[:-1]], strict=True)]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -272,64 +113,221 @@ class LatencyMetric(ABC):
         """The metric on one instance (call only when :meth:`applies`)."""
 
 
-LATENCY_METRICS: dict[str, type[LatencyMetric]] = {}
+#: The short-form latency metrics by SimulEval name, in registration order (the CLI's choices).
+LATENCY_METRICS: Registry[type[LatencyMetric]] = Registry("latency metric")
 
 
 def register_latency_metric(name: str) -> Callable[[type[LatencyMetric]], type[LatencyMetric]]:
     """Class decorator adding a metric to :data:`LATENCY_METRICS` under a SimulEval name."""
 
     def register(cls: type[LatencyMetric]) -> type[LatencyMetric]:
-        if name in LATENCY_METRICS:
-            raise ValueError(f"latency metric {name} registered twice")
         cls.name = name
-        LATENCY_METRICS[name] = cls
-        return cls
+        return LATENCY_METRICS.register(name)(cls)
 
     return register
 
 
-class LengthMetric(LatencyMetric):
-    """A metric of the delays, the source length and the target length |Y*| (AL, LAAL, AP)."""
+class FormulaMetric(LatencyMetric):
+    """A metric that is one formula of the instance's timestamps; its subclasses say what else it reads."""
+
+    formula: Callable[..., float]
+
+
+class LengthMetric(FormulaMetric):
+    """A formula of the delays, the source length |X| and the target length |Y*| (AL, LAAL, AP)."""
 
     def compute(self, t: Timing, computation_aware: bool = False) -> float:
         d = self.timestamps(t, computation_aware)
         return self.formula(d, t.source_length, self.target_length(t, d))
 
-    @abstractmethod
-    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
-        """The metric of delays ``d``, source length ``x`` and target length ``y_ref``."""
 
-
-@register_latency_metric("AL")
-class AL(LengthMetric):
-    """Average Lagging; see :func:`average_lagging` for the formula and source."""
-
-    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
-        return average_lagging(d, x, y_ref)
-
-
-@register_latency_metric("LAAL")
-class LAAL(LengthMetric):
-    """Length-Adaptive Average Lagging; see :func:`length_adaptive_average_lagging`."""
-
-    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
-        return length_adaptive_average_lagging(d, x, y_ref)
-
-
-@register_latency_metric("AP")
-class AP(LengthMetric):
-    """Average Proportion; see :func:`average_proportion`."""
-
-    def formula(self, d: Sequence[float], x: float, y_ref: int) -> float:
-        return average_proportion(d, x, y_ref)
-
-
-@register_latency_metric("DAL")
-class DAL(LatencyMetric):
-    """Differentiable Average Lagging; see :func:`differentiable_average_lagging`."""
+class SourceMetric(FormulaMetric):
+    """A formula of the delays and the source length |X| (DAL, EndOffset, RTF)."""
 
     def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        return differentiable_average_lagging(self.timestamps(t, computation_aware), t.source_length)
+        return self.formula(self.timestamps(t, computation_aware), t.source_length)
+
+
+class DelayMetric(FormulaMetric):
+    """A formula of the delays alone (StartOffset, NumChunks)."""
+
+    def compute(self, t: Timing, computation_aware: bool = False) -> float:
+        return self.formula(self.timestamps(t, computation_aware))
+
+
+F = TypeVar("F", bound=Callable[..., float])
+
+
+def register_formula(name: str, kind: type[FormulaMetric]) -> Callable[[F], F]:
+    """Function decorator registering a formula as the latency metric ``name``: a ``kind`` metric (what the
+    formula reads after the delays: :class:`LengthMetric` |X| and |Y*|, :class:`SourceMetric` |X|,
+    :class:`DelayMetric` nothing) whose docstring is the formula's."""
+
+    def add(formula: F) -> F:
+        attrs = {"formula": staticmethod(formula), "__doc__": formula.__doc__, "__module__": __name__}
+        register_latency_metric(name)(cast(type[LatencyMetric], type(name, (kind,), attrs)))
+        return formula
+
+    return add
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The metrics in SimulEval's order, each a formula on plain sequences (one instance) registered under its
+# SimulEval name. d: delays (or elapsed), x: |X| in ms, y_ref: |Y*|.
+
+
+@register_formula("AL", LengthMetric)
+def average_lagging(d: Sequence[float], x: float, y_ref: float) -> float:
+    r"""Average Lagging (Ma et al. 2019, STACL, arXiv:1810.08398; SimulEval ``ALScorer``).
+
+    AL = (1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/|Y*|), with τ = the first i such that d_i ≥ |X| (τ = |Y| when no
+    delay reaches |X|). When d_1 > |X| (an output that starts after the source ended), AL = d_1; at d_1 = |X|
+    the sum gives the same value.
+    """
+    return _lagging(d, x, y_ref)
+
+
+def _lagging(d: Sequence[float], x: float, y: float) -> float:
+    """(1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/y), τ the first i with d_i ≥ |X| (|Y| when none); d_1 when d_1 > |X|."""
+    if d[0] > x:
+        return d[0]
+    gamma = y / x  # SimulEval divides by the rate y/|X| rather than multiply by |X|/y
+    total = 0.0
+    tau = 0
+    for i_minus_1, di in enumerate(d):
+        total += di - i_minus_1 / gamma
+        tau = i_minus_1 + 1
+        if di >= x:
+            break
+    return total / tau
+
+
+@register_formula("LAAL", LengthMetric)
+def length_adaptive_average_lagging(d: Sequence[float], x: float, y_ref: float) -> float:
+    r"""Length-Adaptive Average Lagging (Polák et al. 2022, CUNI-KIT IWSLT 2022, eq. 6; Papi et al. 2022,
+    arXiv:2206.05807; SimulEval ``LAALScorer``).
+
+    LAAL = (1/τ) Σ_{i=1..τ} (d_i − (i−1)·|X|/max(|Y|, |Y*|)), τ as in AL; LAAL = d_1 when d_1 > |X|.
+    An over-long output (|Y| > |Y*|) no longer makes the oracle run faster than the source, so it cannot
+    earn a negative lag.
+    """
+    return _lagging(d, x, max(len(d), y_ref))
+
+
+@register_formula("AP", LengthMetric)
+def average_proportion(d: Sequence[float], x: float, y_ref: float) -> float:
+    r"""Average Proportion (Cho & Esipova 2016, arXiv:1606.02012; SimulEval ``APScorer``).
+
+    AP = Σ_{i=1..|Y|} d_i / (|X|·|Y*|)  (SimulEval divides by the reference length |Y*|, not |Y|).
+    """
+    return math.fsum(d) / (x * y_ref)
+
+
+@register_formula("DAL", SourceMetric)
+def differentiable_average_lagging(d: Sequence[float], x: float) -> float:
+    r"""Differentiable Average Lagging (Arivazhagan et al. 2019, MILk, arXiv:1906.05218; SimulEval
+    ``DALScorer``).
+
+    d'_1 = d_1, d'_i = max(d_i, d'_{i−1} + |X|/|Y|); DAL = (1/|Y|) Σ_{i=1..|Y|} (d'_i − (i−1)·|X|/|Y|).
+    SimulEval uses the output length |Y| here, not |Y*|, and sums over all outputs (no τ cut-off).
+    """
+    n = len(d)
+    gamma = n / x
+    total = 0.0
+    prev = 0.0
+    for i_minus_1, di in enumerate(d):
+        g = di if i_minus_1 == 0 else max(di, prev + 1 / gamma)
+        total += g - i_minus_1 / gamma
+        prev = g
+    return total / n
+
+
+def average_token_delay(
+    delays: Sequence[float],
+    compute_times: Sequence[float] | None = None,
+    source_token_ms: float = ATD_SOURCE_TOKEN_MS,
+    target_token_ms: float = ATD_TARGET_TOKEN_MS,
+) -> float:
+    r"""Average Token Delay (Kano et al. 2023, arXiv:2211.13173; SimulEval ``ATDScorer``, speech → text).
+
+    The source read up to the last output is cut into chunks at the distinct delays, and every chunk into
+    virtual source tokens of ``source_token_ms`` (the remainder is a shorter last token); output tokens are
+    grouped into chunks of equal consecutive delay. Each output token t, in chunk c, is paired with source
+    token s(t) = min(t − max(0, Acc_y(c) − Acc_x(c)), Acc_x(c+1)), where Acc_y(c)/Acc_x(c) count the output /
+    source tokens of the chunks before c. Output token t ends at T_y(t) = max(d_t, T_y(t−1)) + len_y + ct_t,
+    where ct_t is the compute time spent on it (0 when computation-unaware; with ``elapsed``:
+    ct_t = (e_t − d_t) − (e_{t−1} − d_{t−1})), and source token s ends at T_x(s) (its cumulative length).
+    ATD = (1/|Y|) Σ_t (T_y(t) − T_x(s(t))).
+
+    Args:
+        delays: d_1..d_|Y| (always the computation-unaware delays: they define the chunks).
+        compute_times: ct_1..ct_|Y|, or None for zeros.
+    """
+    ct = list(compute_times) if compute_times is not None else [0.0] * len(delays)
+    tgt_chunk_sizes, tgt_token_chunk = _target_chunks(delays)
+    src_chunk_sizes, src_token_end = _source_tokens(delays, source_token_ms)
+    tgt_token_end: list[float] = [0.0]
+    for di, ci in zip(delays, ct, strict=False):
+        start = max(di, tgt_token_end[-1])
+        tgt_token_end.append(start + target_token_ms + ci)
+
+    lags = []
+    for t in range(1, len(tgt_token_chunk)):
+        c = tgt_token_chunk[t]
+        acc_x = sum(src_chunk_sizes[:c])
+        acc_y = sum(tgt_chunk_sizes[:c])
+        s = t - max(0, acc_y - acc_x)
+        current_src = sum(src_chunk_sizes[: c + 1])
+        s = min(s, current_src)
+        lags.append(tgt_token_end[t] - src_token_end[s])
+    return math.fsum(lags) / len(lags)
+
+
+def _target_chunks(delays: Sequence[float]) -> tuple[list[int], list[int]]:
+    """ATD's target chunks, runs of equal consecutive delays: the chunk sizes and each output token's chunk.
+
+    Both lists start with a placeholder (chunk 0 of size 0, token 0 in chunk 0), so that chunks and tokens are
+    numbered from 1 as in the paper.
+    """
+    sizes: list[int] = [0]
+    prev: float | None = None
+    for di in delays:
+        if di != prev:
+            sizes.append(1)
+        else:
+            sizes[-1] += 1
+        prev = di
+    token_chunk: list[int] = [0]
+    for c, size in enumerate(sizes[1:], 1):
+        token_chunk += [c] * size
+    return sizes, token_chunk
+
+
+def _source_tokens(delays: Sequence[float], source_token_ms: float) -> tuple[list[int], list[float]]:
+    """ATD's source chunks, the audio between the distinct delays (in order of first appearance), each cut into
+    virtual tokens of ``source_token_ms`` (the remainder a shorter last one): the number of tokens per chunk and
+    every token's end time T_x(s), each list after a placeholder 0 (numbering from 1)."""
+    distinct = list(dict.fromkeys(delays))
+    sizes: list[int] = [0]
+    token_end: list[float] = [0.0]
+    for cur, before in zip(distinct, [0.0, *distinct[:-1]], strict=True):
+        whole, rest = divmod(cur - before, source_token_ms)
+        lens = int(whole) * [source_token_ms] + ([rest] if rest != 0 else [])
+        sizes.append(len(lens))
+        for length in lens:
+            token_end.append(token_end[-1] + length)
+    return sizes, token_end
+
+
+def compute_increments(delays: Sequence[float], elapsed: Sequence[float]) -> list[float]:
+    """Compute time spent on each output unit: ct_t = (e_t − d_t) − (e_{t−1} − d_{t−1}), e_0 − d_0 = 0.
+
+    SimulEval's ATD_CA convention; an all-zero ``elapsed`` means "no compute information" (zeros).
+    """
+    if all(e == 0 for e in elapsed):
+        return [0.0] * len(elapsed)
+    spent = [e - d for e, d in zip(elapsed, delays, strict=False)]
+    return [s - p for s, p in zip(spent, [0.0, *spent[:-1]], strict=True)]
 
 
 @register_latency_metric("ATD")
@@ -345,44 +343,37 @@ class ATD(LatencyMetric):
         return average_token_delay(t.delays, ct)
 
 
-@register_latency_metric("StartOffset")
-class StartOffset(LatencyMetric):
-    """StartOffset = d_1; see :func:`start_offset`."""
-
-    def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        return start_offset(self.timestamps(t, computation_aware))
+@register_formula("StartOffset", DelayMetric)
+def start_offset(d: Sequence[float]) -> float:
+    """StartOffset (SimulEval ``StartOffsetScorer``): d_1, the time of the first output unit."""
+    return d[0]
 
 
-@register_latency_metric("EndOffset")
-class EndOffset(LatencyMetric):
-    """EndOffset = d_|Y| − |X|; see :func:`end_offset`."""
+@register_formula("EndOffset", SourceMetric)
+def end_offset(d: Sequence[float], x: float) -> float:
+    """EndOffset (SimulEval ``EndOffsetScorer``, text output): d_|Y| − |X|, how long after the source ended the
+    last output unit came."""
+    return d[-1] - x
 
-    def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        return end_offset(self.timestamps(t, computation_aware), t.source_length)
 
-
-@register_latency_metric("NumChunks")
-class NumChunks(LatencyMetric):
+@register_formula("NumChunks", DelayMetric)
+def output_length(d: Sequence[float]) -> float:
     """SimulEval's ``NumChunks``: |Y|, the number of output units of the instance (its name notwithstanding)."""
-
-    def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        return float(len(self.timestamps(t, computation_aware)))
+    return float(len(d))
 
 
-@register_latency_metric("RTF")
-class RTF(LatencyMetric):
-    """SimulEval's ``RTF`` = d_|Y| / |X|; see :func:`end_ratio` (not the compute real-time factor)."""
+@register_formula("RTF", SourceMetric)
+def end_ratio(d: Sequence[float], x: float) -> float:
+    """SimulEval's ``RTF`` scorer: d_|Y| / |X| (with ``elapsed``: end of output relative to the source length).
 
-    def compute(self, t: Timing, computation_aware: bool = False) -> float:
-        return end_ratio(self.timestamps(t, computation_aware), t.source_length)
+    Not the compute real-time factor (see ``ComputeRTF`` in :mod:`simulst.evaluation.scoring`).
+    """
+    return d[-1] / x
 
 
 def get_latency_metric(name: str, use_ref_len: bool = True) -> LatencyMetric:
     """An instance of a registered metric (``NAME`` or ``NAME_CA``: the suffix is dropped here)."""
-    base = name.removesuffix("_CA")
-    if base not in LATENCY_METRICS:
-        raise OptionError(f"unknown latency metric {name!r}; choose from {', '.join(LATENCY_METRICS)}")
-    return LATENCY_METRICS[base](use_ref_len=use_ref_len)
+    return LATENCY_METRICS.lookup(name.removesuffix("_CA"))(use_ref_len=use_ref_len)
 
 
 @dataclass(frozen=True)
@@ -406,9 +397,12 @@ def corpus_latency(name: str, timings: Sequence[Timing], use_ref_len: bool = Tru
     """Score ``name`` (``NAME`` or ``NAME_CA``) over a test set, as SimulEval averages it."""
     metric = get_latency_metric(name, use_ref_len)
     ca = name.endswith("_CA")
-    per: list[float | None] = []
-    for t in timings:
-        per.append(metric.compute(t, ca) if metric.applies(t, ca) else None)
-    values = [v for v in per if v is not None]
-    score = math.fsum(values) / len(values) if values else None
-    return CorpusLatency(name, score, tuple(per), len(per) - len(values))
+    per = [metric.compute(t, ca) if metric.applies(t, ca) else None for t in timings]
+    return CorpusLatency(name, corpus_mean(per), tuple(per), sum(1 for v in per if v is None))
+
+
+def corpus_mean(per_instance: Sequence[float | None]) -> float | None:
+    """A latency metric's corpus score: the mean of the per-instance scores that are not None (skipped), or None
+    when every instance was skipped (``math.fsum``, as SimulEval's mean to floating-point precision)."""
+    values = [v for v in per_instance if v is not None]
+    return math.fsum(values) / len(values) if values else None

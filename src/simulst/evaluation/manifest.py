@@ -110,15 +110,7 @@ def read_manifest(
             raise TestSetError(f"{path}: the manifest has no {required!r} column (columns: {', '.join(header)})")
     col = {name: i for i, name in enumerate(header)}
     rows = _select_rows(path, header, rows, src_langs, max_duration_s)
-    extern = read_reference_file(references, reference_column) if references is not None else None
-    ref_col: str | None = None
-    if extern is None:
-        if reference_column is not None:
-            if reference_column not in col:
-                raise TestSetError(f"{path}: no column {reference_column!r} (columns: {', '.join(header)})")
-            ref_col = reference_column
-        else:
-            ref_col = next((c for c in (*REFERENCE_COLUMNS, "transcript") if c in col), None)
+    refs = _references(path, header, reference_column, references)
     items = []
     seen: set[str] = set()
     for fields in rows:
@@ -129,25 +121,62 @@ def read_manifest(
         audio = Path(fields[col["audio"]])
         if not audio.is_absolute():
             audio = path.parent / audio
-        if extern is not None:
-            if item_id not in extern:
-                raise TestSetError(f"{references}: no reference for id {item_id!r} (a reference file must cover "
-                                   "every utterance evaluated; --src-lang / --max-duration select rows)")
-            reference: str | None = extern[item_id]
-        else:
-            reference = fields[col[ref_col]] if ref_col is not None else None
-        duration = None
-        if "duration_s" in col and fields[col["duration_s"]]:
-            try:
-                duration = float(fields[col["duration_s"]])
-            except ValueError as exc:
-                raise TestSetError(f"{path}: id {item_id!r}: bad duration_s {fields[col['duration_s']]!r}") from exc
+        reference = refs.of(item_id, fields)
+        duration = _duration(path, col, fields, item_id)
         lang = tgt_lang or (fields[col["tgt_lang"]] if "tgt_lang" in col else None) or None
         items.append(TestItem(item_id, audio, reference, duration, lang))
     if not items:
         selected = src_langs is not None or max_duration_s is not None
         raise TestSetError(f"{path} lists no utterances" + (" in that selection" if selected else ""))
     return items
+
+
+@dataclass(frozen=True)
+class _References:
+    """Where a manifest's references come from: a reference file keyed by id, else a manifest column, else none.
+
+    Attributes:
+        file: the reference file (named in errors), or None.
+        by_id: that file's references by id.
+        column: the manifest column holding the reference.
+    """
+
+    file: str | Path | None
+    by_id: dict[str, str] | None
+    column: int | None
+
+    def of(self, item_id: str, fields: Sequence[str]) -> str | None:
+        """The reference of the manifest row ``fields`` (a reference file must cover every id)."""
+        if self.by_id is not None:
+            if item_id not in self.by_id:
+                raise TestSetError(f"{self.file}: no reference for id {item_id!r} (a reference file must cover "
+                                   "every utterance evaluated; --src-lang / --max-duration select rows)")
+            return self.by_id[item_id]
+        return fields[self.column] if self.column is not None else None
+
+
+def _references(path: Path, header: list[str], reference_column: str | None,
+                references: str | Path | None) -> _References:
+    """The references of a manifest (see :func:`read_manifest`)."""
+    if references is not None:
+        return _References(references, read_reference_file(references, reference_column), None)
+    col = {name: i for i, name in enumerate(header)}
+    if reference_column is not None:
+        if reference_column not in col:
+            raise TestSetError(f"{path}: no column {reference_column!r} (columns: {', '.join(header)})")
+        return _References(None, None, col[reference_column])
+    found = next((c for c in (*REFERENCE_COLUMNS, "transcript") if c in col), None)
+    return _References(None, None, col[found] if found is not None else None)
+
+
+def _duration(path: Path, col: dict[str, int], fields: Sequence[str], item_id: str) -> float | None:
+    """The row's ``duration_s`` (None when the manifest has none or leaves it empty)."""
+    if "duration_s" not in col or not fields[col["duration_s"]]:
+        return None
+    try:
+        return float(fields[col["duration_s"]])
+    except ValueError as exc:
+        raise TestSetError(f"{path}: id {item_id!r}: bad duration_s {fields[col['duration_s']]!r}") from exc
 
 
 def _select_rows(path: Path, header: list[str], rows: list[list[str]], src_langs: Sequence[str] | None,

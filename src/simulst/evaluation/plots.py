@@ -38,6 +38,26 @@ def _series(rows: Sequence[Mapping[str, Any]], quality: str, latency: str) -> di
     return curves
 
 
+def _draw(ax: Any, rows: Sequence[Mapping[str, Any]], quality: str, latency: str) -> None:
+    """One quality-vs-latency panel: a curve per policy, points labelled with their chunk ms; offline a star."""
+    curves = _series(rows, quality, latency)
+    for name, points in sorted(curves.items()):
+        points.sort(key=lambda p: (float(p[2]) if p[2] else math.inf, p[0]))
+        xs = [p[0] / 1000.0 for p in points]
+        ys = [p[1] for p in points]
+        if name.startswith("offline"):
+            ax.plot(xs, ys, marker="*", markersize=13, linestyle="none", label=name)
+            continue
+        ax.plot(xs, ys, marker="o", label=name)
+        for x, y, chunk in zip(xs, ys, [p[2] for p in points], strict=True):
+            if chunk:
+                ax.annotate(chunk, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    ax.set_xlabel(f"{latency} (s)")
+    ax.set_ylabel(f"{quality} ({'lower' if quality in LOWER_IS_BETTER else 'higher'} is better)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def plot_sweep(
     rows: Sequence[Mapping[str, Any]],
     out_dir: str | Path,
@@ -59,29 +79,10 @@ def plot_sweep(
     paths: list[Path] = []
     if not present:
         return paths
-    ylabel = f"{quality} ({'lower' if quality in LOWER_IS_BETTER else 'higher'} is better)"
-
-    def draw(ax: Any, latency: str) -> None:
-        curves = _series(rows, quality, latency)
-        for name, points in sorted(curves.items()):
-            points.sort(key=lambda p: (float(p[2]) if p[2] else math.inf, p[0]))
-            xs = [p[0] / 1000.0 for p in points]
-            ys = [p[1] for p in points]
-            if name.startswith("offline"):
-                ax.plot(xs, ys, marker="*", markersize=13, linestyle="none", label=name)
-                continue
-            ax.plot(xs, ys, marker="o", label=name)
-            for x, y, chunk in zip(xs, ys, [p[2] for p in points], strict=True):
-                if chunk:
-                    ax.annotate(chunk, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
-        ax.set_xlabel(f"{latency} (s)")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
 
     for latency in present:
         fig, ax = plt.subplots(figsize=(6.4, 4.8))
-        draw(ax, latency)
+        _draw(ax, rows, quality, latency)
         ax.set_title(title or f"{quality} vs {latency} (labels: chunk ms)")
         fig.tight_layout()
         path = out / f"quality_vs_{latency}.png"
@@ -90,7 +91,7 @@ def plot_sweep(
         paths.append(path)
     fig, axes = plt.subplots(1, len(present), figsize=(5.2 * len(present), 4.4), squeeze=False)
     for ax, latency in zip(axes[0], present, strict=True):
-        draw(ax, latency)
+        _draw(ax, rows, quality, latency)
         ax.set_title(f"{quality} vs {latency}")
     if title:
         fig.suptitle(title)

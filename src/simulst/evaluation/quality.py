@@ -21,13 +21,24 @@ from collections.abc import Callable, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from simulst.config.registry import Registry
 from simulst.errors import OptionError
 from simulst.sequences import edit_distance
 
 logger = logging.getLogger(__name__)
 
-QUALITY_METRICS = ("BLEU", "chrF", "WER", "WER_norm")
 DEFAULT_SACREBLEU_TOKENIZER = "13a"
+
+#: A corpus quality metric: (hypotheses, references, sacreBLEU tokenizer) -> score.
+QualityMetric = Callable[[Sequence[str], Sequence[str], str], float]
+
+#: The quality metrics by SimulEval name, in registration order (the CLI's choices); see :data:`QUALITY_METRICS`.
+QUALITY_REGISTRY: Registry[QualityMetric] = Registry("quality metric")
+
+
+def register_quality_metric(name: str) -> Callable[[QualityMetric], QualityMetric]:
+    """Decorator adding a corpus quality metric to :data:`QUALITY_REGISTRY` under a SimulEval name."""
+    return QUALITY_REGISTRY.register(name)
 
 _TO_SPACE = re.compile(r"[\-/–—‐‑‒―·•]")  # joiners: "well-known" → "well known", as in Whisper's normaliser
 _SPACES = re.compile(r"\s+")
@@ -38,11 +49,16 @@ def sacrebleu_tokenizers() -> tuple[str, ...]:
     return tuple(BLEU.TOKENIZERS)
 
 
+def check_sacrebleu_tokenizer(name: str) -> None:
+    """Raise :class:`~simulst.errors.OptionError` for a tokenizer sacreBLEU's BLEU does not know."""
+    if name not in sacrebleu_tokenizers():
+        raise OptionError(f"unknown sacrebleu tokenizer {name!r}; choose from {', '.join(sacrebleu_tokenizers())}")
+
+
 def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER) -> float:
     """Corpus BLEU (sacreBLEU; Post 2018) on detokenised, case-sensitive text; 0 when sacreBLEU fails, as in
     SimulEval."""
-    if tokenizer not in BLEU.TOKENIZERS:
-        raise OptionError(f"unknown sacrebleu tokenizer {tokenizer!r}; choose from {', '.join(BLEU.TOKENIZERS)}")
+    check_sacrebleu_tokenizer(tokenizer)
     try:
         return float(BLEU(tokenize=tokenizer).corpus_score(list(hypotheses), [list(references)]).score)
     except Exception as exc:  # SimulEval's SacreBLEUScorer logs and returns 0 on any sacreBLEU error
@@ -91,23 +107,43 @@ def wer(
     return 100.0 * distance / ref_words
 
 
+register_quality_metric("BLEU")(bleu)
+
+
+@register_quality_metric("chrF")
+def _chrf(hypotheses: Sequence[str], references: Sequence[str], sacrebleu_tokenizer: str) -> float:
+    """chrF; see :func:`chrf` (character n-grams: no tokenizer)."""
+    return chrf(hypotheses, references)
+
+
+@register_quality_metric("WER")
+def _wer(hypotheses: Sequence[str], references: Sequence[str], sacrebleu_tokenizer: str) -> float:
+    """SimulEval's WER on the raw text; see :func:`wer`."""
+    return wer(hypotheses, references)
+
+
+@register_quality_metric("WER_norm")
+def _wer_norm(hypotheses: Sequence[str], references: Sequence[str], sacrebleu_tokenizer: str) -> float:
+    """WER after :func:`normalize_for_wer`; see :func:`wer`."""
+    return wer(hypotheses, references, normalize_for_wer)
+
+
+#: The registered quality metric names (the default of every scorer).
+QUALITY_METRICS = tuple(QUALITY_REGISTRY)
+
+
+def check_quality_metrics(names: Sequence[str]) -> None:
+    """Raise :class:`~simulst.errors.OptionError` for a name that is not a registered quality metric."""
+    for name in names:
+        QUALITY_REGISTRY.lookup(name)
+
+
 def quality_scores(
     metrics: Sequence[str],
     hypotheses: Sequence[str],
     references: Sequence[str],
     sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER,
 ) -> dict[str, float]:
-    """The named corpus quality metrics (names from :data:`QUALITY_METRICS`)."""
-    out: dict[str, float] = {}
-    for name in metrics:
-        if name == "BLEU":
-            out[name] = bleu(hypotheses, references, sacrebleu_tokenizer)
-        elif name == "chrF":
-            out[name] = chrf(hypotheses, references)
-        elif name == "WER":
-            out[name] = wer(hypotheses, references)
-        elif name == "WER_norm":
-            out[name] = wer(hypotheses, references, normalize_for_wer)
-        else:
-            raise OptionError(f"unknown quality metric {name!r}; choose from {', '.join(QUALITY_METRICS)}")
-    return out
+    """The named corpus quality metrics (names from :data:`QUALITY_METRICS`), in the order asked."""
+    check_quality_metrics(metrics)
+    return {name: QUALITY_REGISTRY[name](hypotheses, references, sacrebleu_tokenizer) for name in metrics}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,8 @@ from simulst.audio.io import load_audio
 from simulst.config import StreamOptions
 from simulst.errors import OptionError
 from simulst.evaluation.instances import LOG_NAME, SIMULST_KEY, InstanceRecord, append_record, repair_log
-from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_UNITS, PieceEncoder
+from simulst.evaluation.latency import LATENCY_UNITS, PieceEncoder
 from simulst.evaluation.manifest import TestItem
-from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, load_spm, score_records, write_scores
 from simulst.streaming.engine import Engine
 from simulst.streaming.feed import feed_fast
@@ -51,42 +50,22 @@ CONFIG_YAML = "config.yaml"
 
 
 @dataclass(frozen=True)
-class EvalOptions:
-    """How a test set is evaluated.
+class EvalOptions(ScoreOptions):
+    """How a test set is evaluated: how its log is scored (every field of :class:`ScoreOptions`), and how it runs.
 
     Attributes:
-        latency_unit: ``word``, ``char`` or ``spm`` (SimulEval's ``--eval-latency-unit``).
-        spm_model: SentencePiece model for the ``spm`` unit.
-        computation_aware: record ``elapsed`` (and score the ``_CA`` metrics).
-        latency_metrics, quality_metrics, sacrebleu_tokenizer: what to score (see :class:`ScoreOptions`).
+        computation_aware: record ``elapsed`` (and score the ``_CA`` metrics); on by default.
         resume: skip utterances already in the folder's ``instances.log`` (False: start the log afresh).
         progress: show a progress bar on stderr.
     """
 
-    latency_unit: str = "word"
-    spm_model: str | None = None
     computation_aware: bool = True
-    latency_metrics: tuple[str, ...] = DEFAULT_LATENCY_METRICS
-    quality_metrics: tuple[str, ...] = QUALITY_METRICS
-    sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER
     resume: bool = True
     progress: bool = True
 
-    def __post_init__(self) -> None:
-        if self.latency_unit not in LATENCY_UNITS:
-            raise OptionError(f"unknown latency unit {self.latency_unit!r}; choose one of {', '.join(LATENCY_UNITS)}")
-        self.score_options()  # validates the metric names
-
     def score_options(self) -> ScoreOptions:
-        """The matching scoring options."""
-        return ScoreOptions(
-            latency_unit=self.latency_unit,
-            spm_model=self.spm_model,
-            latency_metrics=self.latency_metrics,
-            quality_metrics=self.quality_metrics,
-            sacrebleu_tokenizer=self.sacrebleu_tokenizer,
-            computation_aware=self.computation_aware,
-        )
+        """The scoring options alone."""
+        return ScoreOptions(**{f.name: getattr(self, f.name) for f in fields(ScoreOptions)})
 
 
 @dataclass(frozen=True)

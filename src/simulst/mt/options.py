@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulst.config import PolicyOptions, SearchOptions
+from simulst.config import PolicyOptions, SearchOptions, flag, nested, text_policies
+from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
 
 
@@ -28,15 +29,21 @@ class MTOptions:
             the whole source so far.
     """
 
-    policy: PolicyOptions = field(default_factory=PolicyOptions)
-    search: SearchOptions = field(default_factory=SearchOptions)
+    policy: PolicyOptions = field(default_factory=PolicyOptions, metadata=flag(
+        "--mt-policy", "the MT stage's policy on the committed source: {choices} (wait-N counts source words)",
+        group=CASCADE, metavar="POLICY", listing=text_policies, build=PolicyOptions.parse))
+    search: SearchOptions = field(default_factory=SearchOptions,
+                                  metadata=nested("mt-", only=("name", "beam"), group=CASCADE))
     max_len_a: float = 2.0
     max_len_b: int = 10
     sentences: bool = True
 
     def __post_init__(self) -> None:
-        if self.policy.needs_ctc_head or self.search.ctc_weight > 0:
-            raise OptionError("the MT stage has no CTC head: use offline, la-N, hold-N, sp-N or wait-K")
+        if not self.policy.spec.text_source:
+            raise OptionError(f"the MT stage reads committed text, with no audio and no CTC head: the "
+                              f"{self.policy.name} policy reads the speech encoder; use {text_policies()}")
+        if self.search.ctc_weight > 0:
+            raise OptionError("the MT stage has no CTC head: joint CTC scoring (ctc_weight) does not apply")
         if self.max_len_a < 0 or self.max_len_b < 1:
             raise OptionError(f"max_len_a must be >= 0 and max_len_b >= 1, got {self.max_len_a}, {self.max_len_b}")
 

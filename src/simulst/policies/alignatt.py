@@ -8,14 +8,27 @@ with greedy and beam search (the rule is asked about the best beam), with the fu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from simulst.config import AlignAttPolicyOptions, PolicyOptions
+from simulst.errors import OptionError
 from simulst.policies.base import Policy, PolicyContext, PolicyState
+from simulst.policies.registry import register_policy
 from simulst.search.alignatt import AlignAttRule
 from simulst.search.stopping import StopRule
 from simulst.types import Hypothesis
 
 
+def _options(match: re.Match[str]) -> PolicyOptions:
+    """``alignatt`` (F = 25) or ``alignatt:F``."""
+    return AlignAttPolicyOptions() if match.group(1) is None else AlignAttPolicyOptions(frames=int(match.group(1)))
+
+
+@register_policy("alignatt", syntax="alignatt[:F]", pattern=r"alignatt(?::(\d+))?", options=_options,
+                 options_type=AlignAttPolicyOptions, text_source=False,
+                 help="AlignAtt: each chunk's search stops before a token whose cross-attention peaks within the "
+                      "last F encoder frames of the audio read (default 25 = 0.5 s; Papi et al. 2023)")
 class AlignAtt(Policy):
     """Commit the chunk's best hypothesis (its search stopped where the attention reached the audio's end).
 
@@ -25,6 +38,12 @@ class AlignAtt(Policy):
 
     def __init__(self, frames: int) -> None:
         self.rule = AlignAttRule(frames)
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions, chunk_ms: float | None) -> Policy:
+        if not isinstance(options, AlignAttPolicyOptions):
+            raise OptionError("AlignAtt's options are AlignAttPolicyOptions (or PolicyOptions.parse('alignatt'))")
+        return cls(options.frames)
 
     def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
         return tuple(hyps[0].tokens)

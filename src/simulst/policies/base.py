@@ -8,7 +8,8 @@ policy is bypassed: the stream commits the whole final best hypothesis.
 
 What a policy changes beyond the prefix it picks is a capability of the policy object, not a name to compare:
 ``commits_early`` (False: nothing is decoded before the source ends), ``stop_rule`` (a rule the searcher asks
-before each expansion: the CTC online policy).
+before each expansion: the CTC online policy). A policy is built from its options by :meth:`Policy.from_options`
+and registered by name with :func:`~simulst.policies.registry.register_policy`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from simulst.config import PolicyOptions
 from simulst.errors import OptionError
 from simulst.models.base import Tokenizer
 from simulst.search.stopping import StopRule
@@ -60,6 +62,13 @@ class Policy(ABC):
     """Stable-hypothesis detection: ``prefix(W^c)`` of the 2022 paper."""
 
     commits_early: bool = True  # False: nothing is committed before the source ends (no decoding needed)
+    minimum_n: ClassVar[int] = 0  # the smallest n its options may name
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions, chunk_ms: float | None) -> Policy:
+        """The policy the (validated) options name; ``chunk_ms`` is the chunk size of a speech stream, None for a
+        stream of committed source text (a cascade's MT stage)."""
+        return cls()
 
     @abstractmethod
     def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
@@ -80,3 +89,7 @@ class NPolicy(Policy):
         if n < self.minimum_n:
             raise OptionError(f"{self.label} needs n >= {self.minimum_n}, got {n}")
         self.n = n
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions, chunk_ms: float | None) -> Policy:
+        return cls(options.n)

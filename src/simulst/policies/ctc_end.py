@@ -11,14 +11,30 @@ is held back entirely.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from simulst.config import CtcPolicyOptions, PolicyOptions
+from simulst.errors import OptionError
 from simulst.policies.base import Policy, PolicyContext, PolicyState
+from simulst.policies.registry import register_policy
 from simulst.search.ctc_end import CtcEndRule
 from simulst.search.stopping import StopRule
 from simulst.types import Hypothesis
 
 
+def _options(match: re.Match[str]) -> PolicyOptions:
+    """``ctc``, ``ctc:C`` (C_end, e.g. ``-1.5``, ``inf``), optionally ``:any`` (the odds)."""
+    threshold = None if match.group(1) is None else float(match.group(1))
+    return CtcPolicyOptions(threshold=threshold, odds=match.group(2) or "next")
+
+
+@register_policy("ctc", syntax="ctc[:C[:any]]",
+                 pattern=r"ctc(?::([-+]?(?:inf|\d+(?:\.\d*)?|\.\d+)))?(?::(next|any))?",
+                 options=_options, options_type=CtcPolicyOptions, text_source=False,
+                 help="the CTC online policy: each chunk's search stops where a CTC head on the encoder says the "
+                      "audio is used up (log Odds_end > C; :any for every continuation), and all but its last "
+                      "token is committed (2023 paper §2.3; needs a CTC head)")
 class CtcEnd(Policy):
     """Commit the chunk's best hypothesis minus its last token (the search stopped where the CTC said to).
 
@@ -29,6 +45,12 @@ class CtcEnd(Policy):
 
     def __init__(self, threshold: float | None = None, odds: str = "next") -> None:
         self.rule = CtcEndRule(threshold, odds)
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions, chunk_ms: float | None) -> Policy:
+        if not isinstance(options, CtcPolicyOptions):
+            raise OptionError("the CTC policy's options are CtcPolicyOptions (or PolicyOptions.parse('ctc'))")
+        return cls(options.threshold, options.odds)
 
     def stable_prefix(self, hyps: Sequence[Hypothesis], state: PolicyState, context: PolicyContext) -> tuple[int, ...]:
         best = hyps[0].tokens

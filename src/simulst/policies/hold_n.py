@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simulst.policies.base import NPolicy, PolicyContext, PolicyState
+from simulst.policies.registry import register_policy
 from simulst.types import Hypothesis
 
 
+@register_policy("hold", syntax="hold-N", pattern=r"hold-?(\d+)",
+                 help="hold-n: commit the best hypothesis minus its last N tokens (2022 paper eq. 1)")
 class HoldN(NPolicy):
     """prefix(W_best^c) = W_{0:max(0, |W|-n)}; nothing if the hypothesis has n or fewer tokens."""
 

@@ -1,17 +1,20 @@
 """Searchers over the one search core (:mod:`simulst.search.core`): greedy and beam search with a forced prefix
-(optionally with joint CTC scoring and a stop rule), and the blockwise streaming beam searches."""
+(optionally with joint CTC scoring and a stop rule), and the blockwise streaming beam searches - each registered by
+name (:func:`register_searcher`) - and their factory."""
 
 from __future__ import annotations
 
-from simulst.config import SearchOptions
+from simulst.config import SEARCHES, SearchOptions
 from simulst.errors import OptionError
 from simulst.search.base import Query, Searcher, SearchState
 from simulst.search.beam import BeamSearch
 from simulst.search.blockwise import (
     BlockwiseBeamSearch,
+    ChunkSearcher,
     ImprovedIncrementalBlockwiseBeamSearch,
     IncrementalBlockwiseBeamSearch,
 )
+from simulst.search.registry import SearcherFactory, register_searcher
 from simulst.search.rewind import RewindingBeamSearch
 from simulst.search.stopping import StopRule
 
@@ -25,14 +28,40 @@ __all__ = [
     "SearchState",
     "Searcher",
     "make_searcher",
+    "register_searcher",
 ]
 
-BLOCKWISE_SEARCHERS = {
-    "bwbs": BlockwiseBeamSearch,
-    "ibwbs": IncrementalBlockwiseBeamSearch,
-    "ibwbs2": ImprovedIncrementalBlockwiseBeamSearch,
-    "rewind": RewindingBeamSearch,
-}
+
+@register_searcher("greedy", steerable=True,
+                   help="greedy search: one hypothesis, its most probable token at each step")
+def _greedy(options: SearchOptions, stop: StopRule | None) -> Searcher:
+    return BeamSearch(1, options.length_penalty, stop, options.ctc_weight)
+
+
+@register_searcher("beam", steerable=True,
+                   help="beam search of --beam K hypotheses, ranked by log-probability / length**P")
+def _beam(options: SearchOptions, stop: StopRule | None) -> Searcher:
+    return BeamSearch(options.beam, options.length_penalty, stop, options.ctc_weight)
+
+
+def _blockwise(searcher: type[ChunkSearcher]) -> SearcherFactory:
+    def build(options: SearchOptions, stop: StopRule | None) -> Searcher:
+        return searcher(options.beam, options.length_penalty, options.repetition_detection, options.carry_over)
+
+    return build
+
+
+for _name, _class, _help in (
+    ("bwbs", BlockwiseBeamSearch, "blockwise beam search (BWBS, Tsunoo et al. 2021): all beams wait for the next "
+                                  "chunk once any of them ends or repeats"),
+    ("ibwbs", IncrementalBlockwiseBeamSearch, "incremental blockwise beam search (IBWBS paper): each beam stops on "
+                                              "its own; the best stopped one goes on"),
+    ("ibwbs2", ImprovedIncrementalBlockwiseBeamSearch, "improved IBWBS (2023 paper): beams also stop below the best "
+                                                       "stopped score (minScore), unless seen before"),
+    ("rewind", RewindingBeamSearch, "CMU's rewinding beam step (CMU 2023): a step whose beam ends or repeats is "
+                                    "undone and the beam pruned to its best"),
+):
+    register_searcher(_name, help=_help)(_blockwise(_class))
 
 
 def make_searcher(options: SearchOptions, stop: StopRule | None = None) -> Searcher:
@@ -40,16 +69,15 @@ def make_searcher(options: SearchOptions, stop: StopRule | None = None) -> Searc
 
     Args:
         options: the search options.
-        stop: the policy's stop rule (the CTC online policy), asked before each expansion; with joint CTC
-            scoring (``options.ctc_weight > 0``) it needs greedy or beam search.
+        stop: the policy's stop rule (the CTC online policy, AlignAtt), asked before each expansion; it and joint
+            CTC scoring (``options.ctc_weight > 0``) need a steerable search (greedy or beam).
     """
-    if options.name in BLOCKWISE_SEARCHERS:
-        if stop is not None or options.ctc_weight > 0:
-            raise OptionError(
-                f"policies with a stop rule (ctc, alignatt) and joint CTC scoring work with greedy and beam search, "
-                f"not {options.name}"
-            )
-        searcher = BLOCKWISE_SEARCHERS[options.name]
-        return searcher(options.beam, options.length_penalty, options.repetition_detection, options.carry_over)
-    beam = options.beam if options.name == "beam" else 1
-    return BeamSearch(beam, options.length_penalty, stop, options.ctc_weight)
+    spec = options.spec
+    if not spec.steerable and (stop is not None or options.ctc_weight > 0):
+        steerable = [entry.name for entry in SEARCHES.entries() if entry.steerable]
+        raise OptionError(f"a policy's stop rule and joint CTC scoring work with "
+                          f"{', '.join(steerable[:-1])} and {steerable[-1]} search, not {options.name}")
+    searcher = spec.factory(options, stop)
+    if not isinstance(searcher, Searcher):
+        raise TypeError(f"search {options.name!r} is registered with a factory that builds no Searcher")
+    return searcher

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulst.config import PolicyOptions, StreamOptions
+from simulst.config import POLICIES, PolicyOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
 from simulst.models.whisper import WhisperModel
@@ -159,6 +159,15 @@ class Service:
                 self._voices[language] = EspeakSynthesizer(language)
             return self._voices[language]
 
+    def offered_policies(self) -> list[str]:
+        """The web page's policy list: an example of every registered policy this server's streams can run (one
+        that compares beams only with a beam search, the CTC policy only with a CTC head; the page adds the
+        server's default)."""
+        greedy = self.config.options.search.name == "greedy"
+        has_head = getattr(self.model, "ctc_head", None) is not None
+        return [spec.example for spec in POLICIES.entries() if not (spec.needs_beams and greedy)
+                and (has_head or not PolicyOptions.parse(spec.example).needs_ctc_head)]
+
     def describe(self) -> dict[str, Any]:
         """What the web page needs to know (``/api/config``)."""
         options = self.config.options
@@ -169,9 +178,7 @@ class Service:
             "multilingual": self.multilingual,
             "tasks": ["transcribe", "translate"] if self.multilingual else ["transcribe"],
             "policy": str(options.policy),
-            "policies": ["la-2", "hold-2", "wait-3", "alignatt", "offline"]
-                        + (["sp-2"] if options.search.name != "greedy" else [])  # (shared prefix needs beams)
-                        + (["ctc"] if getattr(self.model, "ctc_head", None) is not None else []),
+            "policies": self.offered_policies(),
             "chunk_ms": {"default": options.chunk_ms, "min": limits.min_chunk_ms, "max": limits.max_chunk_ms},
             "vad": options.vad,
             "targets": ["es"] if self.config.mt == "apertium" else [],

@@ -74,7 +74,7 @@ class CascadeSession:
     @property
     def next_decode(self) -> int:
         """The sample count at which the ASR decodes next."""
-        return self.asr.state.next_decode
+        return self.asr.next_decode
 
     @property
     def text(self) -> str:
@@ -121,7 +121,7 @@ class CascadeSession:
             return []
         final = self.asr.finish()
         increment = "".join(e.text for e in final)
-        source_ms = self.asr.state.read * 1000.0 / self.asr.model.sample_rate
+        source_ms = self.asr.read * 1000.0 / self.asr.model.sample_rate
         elapsed_ms = source_ms + self.asr.costs.compute_s * 1000.0
         return self._speak(self.mt.finish(increment, source_ms, elapsed_ms))
 

@@ -18,6 +18,7 @@ from simulst.policies import Policy, PolicyContext, PolicyState
 from simulst.types import Costs, Emission, Hypothesis
 
 TAIL_TOKENS = 16  # how far back a commit decodes (to the start of the last word, at most this many tokens)
+SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")
 
 
 @dataclass
@@ -184,3 +185,16 @@ def whole_words(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -
     while k > 0 and not tokenizer.starts_word(stable[k - 1]):
         k -= 1
     return max(0, k - 1)
+
+
+def ends_sentence(token: int, tokenizer: Tokenizer) -> bool:
+    """True when ``token``'s text ends a sentence (a full stop, question or exclamation mark)."""
+    return tokenizer.decode([token]).rstrip().endswith(SENTENCE_ENDS)
+
+
+def sentence_start(tokens: Sequence[int], tokenizer: Tokenizer) -> int:
+    """Where the last sentence of ``tokens`` starts: after the last token that ends a sentence (0: none)."""
+    for i in range(len(tokens) - 1, -1, -1):
+        if ends_sentence(tokens[i], tokenizer):
+            return i + 1
+    return 0

@@ -36,6 +36,7 @@ from simulst.mt.options import MTOptions
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
 from simulst.search import Searcher, SearchState, make_searcher
 from simulst.streaming.commit import Output, OutputView, target_tokens
+from simulst.streaming.decoding import DecodeReason
 from simulst.types import Costs, Emission, Hypothesis
 
 
@@ -103,13 +104,13 @@ class MTStage(OutputView):
         if self.options.sentences and self.policy.commits_early:
             head, tail = _split_after_sentence(st.segment)
             if head:
-                out += self._step(head, source_ms, elapsed_ms, final=False, whole=True)
+                out += self._step(head, source_ms, elapsed_ms, DecodeReason.SEGMENT_END)
                 st.segment, st.base, st.policy, st.search = tail, len(st.output.committed), PolicyState(), SearchState()
         source = _normalise(st.segment)
         if not source or source == st.last_source or not self.policy.commits_early:
             return out
         st.last_source = source
-        return out + self._step(source, source_ms, elapsed_ms, final=False)
+        return out + self._step(source, source_ms, elapsed_ms, DecodeReason.CHUNK)
 
     def finish(self, increment: str, source_ms: float, elapsed_ms: float) -> list[Emission]:
         """The source has ended (after ``increment``, possibly empty): translate it all and commit the best
@@ -123,25 +124,26 @@ class MTStage(OutputView):
         source = _normalise(st.segment)
         if not source:
             return []
-        return self._step(source, source_ms, elapsed_ms, final=True)
+        return self._step(source, source_ms, elapsed_ms, DecodeReason.SOURCE_END)
 
     # ------------------------------------------------------------------------------------ internals
-    def _step(self, source: str, source_ms: float, elapsed_ms: float, final: bool, whole: bool = False
-              ) -> list[Emission]:
-        """Translate ``source`` (the current segment), continuing the target committed for it; ``final`` (the
-        source has ended) or ``whole`` (the segment is a complete sentence): commit the best translation whole."""
+    def _step(self, source: str, source_ms: float, elapsed_ms: float, reason: DecodeReason) -> list[Emission]:
+        """Translate ``source`` (the current segment), continuing the target committed for it; unless the
+        ``reason`` is a new source increment (``CHUNK``), commit the best translation whole: the segment is a
+        complete sentence (``SEGMENT_END``) or the source has ended (``SOURCE_END``)."""
         st = self.state
         start = time.perf_counter()
         before = tuple(st.output.committed[: st.base])
-        request = MTRequest(source, tuple(st.output.committed[st.base :]), final or whole, self.options,
-                            self.searcher, st.search)
+        whole, final = reason.commits_whole, reason is DecodeReason.SOURCE_END
+        request = MTRequest(source, tuple(st.output.committed[st.base :]), whole, self.options, self.searcher,
+                            st.search)
         hyps: list[Hypothesis] = self.backend.translate(request, st.costs)
         if before:  # the policies and the commit path see the whole target
             hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
         if hyps and not final:
             st.steps += 1
         context = PolicyContext(self.tokenizer, source_words=len(source.split()))
-        target = target_tokens(hyps, final or whole, st.output.committed, self.policy, st.policy, context)
+        target = target_tokens(hyps, whole, st.output.committed, self.policy, st.policy, context)
         st.costs.compute_s += time.perf_counter() - start
         emission = st.output.commit(target, self.tokenizer, source_ms, elapsed_ms + st.costs.compute_s * 1000.0, final)
         return [] if emission is None else [emission]

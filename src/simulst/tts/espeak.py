@@ -15,7 +15,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from simulst.errors import ModelLoadError, OptionError, SimulstError
+from simulst.errors import OptionError, SimulstError
+from simulst.external import program_listing
 from simulst.tts.base import SpeechSynthesizer
 
 TIMEOUT_S = 60.0
@@ -24,17 +25,11 @@ TIMEOUT_S = 60.0
 @lru_cache(maxsize=4)
 def espeak_voices(executable: str = "espeak-ng") -> tuple[str, ...]:
     """Names and language codes of the installed espeak-ng voices; raises ``ModelLoadError`` when it is missing."""
-    path = shutil.which(executable)
-    if path is None:
-        raise ModelLoadError(
-            f"speech output needs the '{executable}' command (Debian: apt-get install espeak-ng)"
-        )
-    try:
-        listing = subprocess.run([path, "--voices"], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError) as err:
-        raise ModelLoadError(f"'{executable} --voices' failed: {err}") from err
+    listing = program_listing(
+        executable, "--voices", f"speech output needs the '{executable}' command (Debian: apt-get install espeak-ng)"
+    )
     names: list[str] = []
-    for line in listing.stdout.splitlines()[1:]:
+    for line in listing.splitlines()[1:]:
         fields = line.split()
         if len(fields) >= 5:
             names += [fields[1], fields[3], fields[4]]  # language, voice name, file (e.g. es, Spanish_(Spain), roa/es)

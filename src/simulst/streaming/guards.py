@@ -1,0 +1,103 @@
+"""The guards against hallucination: what keeps a stream from committing text the audio does not hold.
+
+* no-speech: an encoding the model judges to hold no speech (Whisper's ``no_speech_prob``) commits nothing;
+* low-confidence: a chunk whose new tokens have a low mean log-probability commits nothing - a stricter
+  threshold (*early*) while the audio decoded is at most a segment long;
+* silent tail: at the end of a trimmed stream, what is left of the buffer is decoded only when Silero VAD hears
+  speech in it;
+* loop: no repetition loop is committed (:func:`~simulst.streaming.commit.loop_free_length`).
+
+Which guard applies to which decode is the :class:`~simulst.streaming.decoding.DecodeReason`'s business.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from simulst.audio.vad import WINDOW as VAD_RATES
+from simulst.audio.vad import holds_speech
+from simulst.config import StreamOptions
+from simulst.errors import ModelLoadError
+from simulst.models.base import Encoded, SpeechJudge, SpeechModel, Tokenizer
+from simulst.streaming.commit import loop_free_length
+from simulst.types import Costs, Hypothesis
+
+
+class Guards:
+    """The thresholds of one stream's guards (resolved for a model that translates or transcribes).
+
+    Args:
+        options: the stream's options.
+        translates: the model translates (``auto`` thresholds resolve by task).
+        segment: samples of audio up to which the early low-confidence threshold applies.
+    """
+
+    def __init__(self, options: StreamOptions, translates: bool, segment: int) -> None:
+        self.no_speech_threshold = options.no_speech_threshold
+        self.logprob_threshold = options.logprob_threshold
+        self.early_logprob_threshold = options.early_threshold(translates)
+        self.loop_guard = options.loop_guard
+        self.vad_threshold = options.vad_threshold
+        self.segment = segment
+
+    def judged_silent(self, model: SpeechModel, enc: Encoded, costs: Costs) -> bool:
+        """The no-speech guard: True when the model judges the encoding to hold no speech (nothing committed)."""
+        threshold = self.no_speech_threshold
+        if threshold is None or not isinstance(model, SpeechJudge):
+            return False
+        if model.no_speech_prob(enc, costs) <= threshold:
+            return False
+        costs.count("no_speech_skips")
+        return True
+
+    def unsure(self, best: Hypothesis, committed: int, samples: int, costs: Costs) -> bool:
+        """The low-confidence guard: True when the best hypothesis's tokens after the ``committed`` ones (searched
+        over ``samples`` of audio) have a mean log-probability below the threshold - the stricter early one while
+        ``samples`` is at most a segment."""
+        threshold = self.logprob_threshold
+        early = self.early_logprob_threshold
+        if early is not None and samples <= self.segment:
+            threshold = early if threshold is None else max(threshold, early)
+        searched = len(best.tokens) - committed + int(best.finished)
+        if threshold is None or searched <= 0 or best.score / searched >= threshold:
+            return False
+        costs.count("unsure_skips")
+        return True
+
+    def silent_tail(self, audio: np.ndarray, rate: int, costs: Costs) -> bool:
+        """True when Silero VAD finds no speech in ``audio``, what is left of a trimmed stream's buffer at its end
+        (nothing more is committed; the no-speech guard must be on).
+
+        Why: the last buffer often holds only the pause after the last committed sentence; lifted by the level
+        normalisation and read with the previous text as prompt, it makes Whisper invent a sentence that its own
+        no-speech judge lets through."""
+        if self.no_speech_threshold is None or rate not in VAD_RATES:
+            return False
+        start = time.perf_counter()
+        try:
+            speech = holds_speech(audio, rate, self.vad_threshold)
+        except ModelLoadError:  # (the VAD's packages are missing: the end is decoded, as without the check)
+            costs.count("silent_tail_unchecked")
+            speech = True
+        costs.compute_s += time.perf_counter() - start
+        if speech:
+            return False
+        costs.count("silent_tail_skips")
+        return True
+
+    def loop_free(self, target: Sequence[int], committed: int, tokenizer: Tokenizer,
+                  costs: Costs) -> tuple[Sequence[int], bool]:
+        """``target`` cut before a repetition loop, back to a whole word (never into the ``committed`` tokens), and
+        whether it was cut."""
+        if not self.loop_guard:
+            return target, False
+        keep = loop_free_length(target, committed)
+        if keep == len(target):
+            return target, False
+        while keep > committed and not tokenizer.starts_word(target[keep]):
+            keep -= 1  # cut back to a whole word
+        costs.count("loop_cuts")
+        return target[:keep], True

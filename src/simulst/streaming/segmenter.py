@@ -1,0 +1,85 @@
+"""Voice activity segmentation of a stream (``--vad``): where speech starts and pauses.
+
+Silero VAD (:class:`~simulst.audio.vad.VoiceActivity`) hears the source as it is read. While the buffer holds no
+speech, chunks are not decoded and the silence is dropped; a pause of ``vad_pause_ms`` ends a segment, which the
+stream then commits whole; a pause of ``context_reset_s`` or more starts the previous-text context afresh.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+from simulst.audio.vad import VoiceActivity, VoiceEvent
+from simulst.config import StreamOptions
+from simulst.types import Costs
+
+
+class VoiceDetector(Protocol):
+    """What the segmenter needs of a voice activity detector (:class:`~simulst.audio.vad.VoiceActivity`)."""
+
+    @property
+    def speaking(self) -> bool:
+        """True while speech goes on (no pause heard since it started)."""
+        ...
+
+    def feed(self, audio: np.ndarray) -> list[VoiceEvent]:
+        """Hear more audio; the speech starts and ends (pauses) it completes."""
+        ...
+
+
+class VadSegmenter:
+    """Where one stream's speech is.
+
+    Args:
+        detector: the stream's own voice activity detector.
+        rate: samples per second.
+        reset_samples: a pause at least this long starts the previous-text context afresh.
+
+    Attributes:
+        speech_in_buffer: the stream's audio buffer holds speech (else it is not decoded).
+        pause_from: the source sample where the current pause began (None while speaking or before any speech).
+    """
+
+    def __init__(self, detector: VoiceDetector, rate: int, reset_samples: float) -> None:
+        self.detector, self.rate = detector, rate
+        self.reset_samples = reset_samples
+        self.speech_in_buffer = False
+        self.pause_from: int | None = None
+
+    @classmethod
+    def for_stream(cls, options: StreamOptions, rate: int) -> VadSegmenter:
+        """The segmenter of a stream with these options: its own Silero VAD."""
+        detector = VoiceActivity(rate, options.vad_threshold, options.vad_pause_ms)
+        return cls(detector, rate, options.context_reset_s * rate)
+
+    @property
+    def silent(self) -> bool:
+        """No speech goes on and none is in the buffer: its audio may be dropped."""
+        return not self.detector.speaking and not self.speech_in_buffer
+
+    def hear(self, audio: np.ndarray, costs: Costs) -> Iterator[VoiceEvent]:
+        """Hear the next source samples (the detector's time counted as compute): the speech starts that end a
+        pause long enough to reset the context, and the pauses (speech ends), in order - each taken before the
+        segmenter moves on, as the stream commits the segment a pause ends."""
+        start = time.perf_counter()
+        events = self.detector.feed(audio)
+        costs.compute_s += time.perf_counter() - start
+        for event in events:
+            if event.kind == "start":
+                pause = event.sample - self.pause_from if self.pause_from is not None else 0
+                self.speech_in_buffer, self.pause_from = True, None
+                if pause >= self.reset_samples:
+                    yield event
+            else:
+                self.pause_from = event.sample
+                yield event
+
+    def silence_to_drop(self, samples: int) -> int:
+        """How many of the buffer's ``samples`` to drop as silence: all but the last 0.5 s (where speech would
+        start again) while no speech goes on and none is in the buffer; else none."""
+        keep = self.rate // 2
+        return samples - keep if self.silent and samples > keep else 0

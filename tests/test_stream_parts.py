@@ -1,0 +1,211 @@
+"""The parts of the stream loop, each on its own, with hand-worked answers: the audio buffer's cuts, why a decode
+happens, the guards, the decoder prompt and the VAD segmenter (:mod:`simulst.streaming`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from simulst.audio.vad import VoiceEvent
+from simulst.config import StreamOptions
+from simulst.streaming.buffer import MIN_TAIL_S, SKIPPED_START_S, AudioBuffer
+from simulst.streaming.decoding import Decoded, DecodeReason
+from simulst.streaming.guards import Guards
+from simulst.streaming.prompt import PromptBuilder
+from simulst.streaming.segmenter import VadSegmenter
+from simulst.types import Costs, Hypothesis
+from tests.toy import ToyTokenizer
+
+RATE = 1000  # samples per second: a buffer's seconds are thousands of samples
+DOT = 3  # the toy token that ends a sentence
+TOKENIZER = ToyTokenizer(["<eos>", " one", " two", ".", " three", " four"])
+
+
+def ends_sentence(token: int) -> bool:
+    return token == DOT
+
+
+def buffer(samples: int, capacity: int = 8000, segment: int = 5000, chunk: int = 1000) -> AudioBuffer:
+    buf = AudioBuffer(RATE, capacity, segment, chunk)
+    buf.append(np.ones(samples, dtype=np.float32))
+    return buf
+
+
+# ------------------------------------------------------------------------------------------------ the buffer
+
+
+def test_the_buffer_holds_what_was_read_and_drops_its_front() -> None:
+    buf = buffer(6000)
+    buf.audio[:6000] = np.arange(6000, dtype=np.float32)
+    assert (buf.read, buf.room) == (6000, 2000)
+    buf.drop(2500, base=4)
+    assert (buf.samples, buf.offset, buf.base, buf.read) == (3500, 2500, 4, 6000)
+    assert buf.head(2)[0] == 2500  # what was at sample 2500 is now first
+    buf.append(np.zeros(4500, dtype=np.float32))
+    assert buf.room == 0
+
+
+def test_a_trim_cuts_behind_the_last_committed_sentence_end() -> None:
+    buf = buffer(7000)
+    committed = [1, 2, DOT, 4]  # " one two. three": the sentence ends at token 2
+    starts = [0, 500, 1000, 1500, 3500]  # where each token starts (and, last, where the text ends)
+    asked: list[int] = []
+
+    def timing() -> Sequence[int]:
+        asked.append(1)
+        return starts
+
+    # the cut comes where the token after the full stop starts; 5.5 s of audio stay, more than MIN_TAIL_S
+    assert buf.trim_point([*committed, 5], committed, 7000, False, ends_sentence, timing) == (1500, 3)
+    # a tail shorter than MIN_TAIL_S (often the pause after the sentence) waits ...
+    short = round(1500 + MIN_TAIL_S * RATE) - 1
+    assert buf.trim_point(committed, committed, short, False, ends_sentence, timing) is None
+    # ... unless the trim is eager (after a loop cut)
+    assert buf.trim_point(committed, committed, short, True, ends_sentence, timing) == (1500, 3)
+    assert len(asked) == 3  # one forced pass each time the cut is looked for
+
+
+def test_a_buffer_about_to_be_full_is_trimmed_behind_the_last_committed_word() -> None:
+    committed = [1, 2, 4]  # no sentence end
+    starts = [0, 500, 1000, 6500]
+    not_full = buffer(6000)  # 6 s read, a chunk more still fits in 8 s: wait for a sentence end
+    assert not_full.trim_point(committed, committed, 6000, False, ends_sentence, lambda: starts) is None
+    full = buffer(7500)  # the next chunk would not fit: behind the last committed word, however short the tail
+    assert full.trim_point(committed, committed, 7500, False, ends_sentence, lambda: starts) == (6500, 3)
+
+
+def test_no_trim_without_committed_text_timing_or_a_decode_that_continues_it() -> None:
+    buf = buffer(7000)
+
+    def never() -> Sequence[int]:
+        raise AssertionError("no forced pass needed")
+
+    assert buf.trim_point([1, 2], [], 7000, False, ends_sentence, never) is None  # nothing committed
+    assert buf.trim_point([1, 4, DOT], [1, 2, DOT], 7000, False, ends_sentence, never) is None  # ignored the prefix
+    assert buf.trim_point([1, DOT], [1, DOT], 7000, False, ends_sentence, lambda: None) is None  # no token timing
+
+
+def test_a_full_buffers_skipped_start_and_text_end() -> None:
+    buf = buffer(8000)
+    late = round(SKIPPED_START_S * RATE) + 500  # the text's second token starts 3.5 s in: the first spans 3.5 s
+    assert buf.skipped_start([0, late, late + 400], nothing_committed=True) == late
+    assert buf.skipped_start([0, late, late + 400], nothing_committed=False) == 0  # some of it committed
+    assert buf.skipped_start([0, 400, 800], nothing_committed=True) == 0  # read from the start
+    assert buf.skipped_start([0, late], nothing_committed=True) == 0  # one token: no second start
+    assert buf.skipped_start(None, nothing_committed=True) == 0
+    # a full buffer committed whole is cut where its text ends, if enough was read and a chunk's worth is left
+    assert buf.text_end_cut([0, 2000, 5000]) == 5000
+    assert buf.text_end_cut([0, 1000, 2000]) == 8000  # too little read (under MIN_TAIL_S): all of it
+    assert buf.text_end_cut([0, 2000, 7500]) == 8000  # too little left (under a chunk): all of it
+    assert buf.text_end_cut(None) == 8000
+
+
+# ------------------------------------------------------------------------------------------------ decodes
+
+
+def test_the_reason_of_a_decode_says_what_it_commits_and_which_guards_apply() -> None:
+    whole = {reason: reason.commits_whole for reason in DecodeReason}
+    assert whole == {DecodeReason.CHUNK: False, DecodeReason.SEGMENT_END: True, DecodeReason.BUFFER_FULL: True,
+                     DecodeReason.SOURCE_END: True}
+    # the no-speech guard: on every decode but the end of a stream never trimmed (one final decode is offline)
+    assert all(reason.judges_speech(trimmed=True) for reason in DecodeReason)
+    assert [r for r in DecodeReason if not r.judges_speech(trimmed=False)] == [DecodeReason.SOURCE_END]
+    decoded = Decoded(1000, [Hypothesis((1, 2), -0.5)], None, (7,))
+    assert decoded.held() == Decoded(1000, [], None, (7,))
+
+
+# ------------------------------------------------------------------------------------------------ the guards
+
+
+def test_the_low_confidence_guard_is_stricter_while_a_segment_is_short() -> None:
+    guards = Guards(StreamOptions(logprob_threshold=-1.5, early_logprob_threshold=-0.7), False, segment=5000)
+    costs = Costs()
+    best = Hypothesis((1, 2, 4, 5), score=-2.0, finished=False)  # 2 tokens after the 2 committed: mean -1.0
+    assert guards.unsure(best, 2, samples=5000, costs=costs)  # -1.0 < -0.7 (early: at most a segment)
+    assert not guards.unsure(best, 2, samples=5001, costs=costs)  # -1.0 >= -1.5
+    ended = Hypothesis((1, 2, 4, 5), score=-2.0, finished=True)  # <eos> counts: 3 tokens, mean -0.67
+    assert not guards.unsure(ended, 2, samples=5000, costs=costs)
+    assert not guards.unsure(best, 4, samples=5000, costs=costs)  # nothing new
+    assert costs.extra == {"unsure_skips": 1}
+    translating = Guards(StreamOptions(), True, segment=5000)  # auto: no early threshold when translating
+    assert translating.early_logprob_threshold is None and not translating.unsure(best, 2, 5000, Costs())
+
+
+def test_the_loop_guard_cuts_back_to_a_whole_word() -> None:
+    guards = Guards(StreamOptions(), False, segment=5000)
+    costs = Costs()
+    target = [1, 2] * 5  # " one two" four times in a row is a loop: the 4th copy is cut
+    kept, cut = guards.loop_free(target, 0, TOKENIZER, costs)
+    assert (list(kept), cut, costs.extra) == ([1, 2] * 3, True, {"loop_cuts": 1})
+    kept, cut = Guards(StreamOptions(loop_guard=False), False, 5000).loop_free(target, 0, TOKENIZER, Costs())
+    assert (list(kept), cut) == (target, False)
+
+
+# ------------------------------------------------------------------------------------------------ the prompt
+
+
+class PromptedModel:
+    """What the prompt builder reads of a model: its tokenizer and the previous-text prompt (marked with 99)."""
+
+    tokenizer = TOKENIZER
+
+    def previous_text(self, tokens: Sequence[int], max_tokens: int) -> list[int]:
+        return [99, *tokens[-max_tokens:]]
+
+
+def test_the_prompt_carries_the_previous_sentence_or_all_the_text() -> None:
+    before = [1, 2, DOT, 4, 5]  # " one two. three four": the buffer starts in the second sentence
+    sentence = PromptBuilder(context_tokens=100, scope="sentence")
+    sentence.fixed = (50, 51)  # (pinned at the first decode)
+    assert sentence.build(PromptedModel(), before) == (99, 4, 5, 50, 51)
+    everything = PromptBuilder(context_tokens=4, scope="all")
+    everything.fixed = (50, 51)
+    assert everything.build(PromptedModel(), before) == (99, 2, DOT, 4, 5, 50, 51)  # the last 4 tokens
+    sentence.end_sentence(len(before))  # a VAD pause ended the segment: the sentence ends, full stop or not
+    assert sentence.build(PromptedModel(), before) == (50, 51)
+    everything.end_sentence(len(before))  # (the scope ``all`` keeps it)
+    everything.restart(3)  # a long pause: the context starts afresh after the first 3 tokens
+    assert everything.build(PromptedModel(), before) == (99, 4, 5, 50, 51)
+    assert PromptBuilder(context_tokens=0, scope="all").context_tokens == 0
+
+
+# ------------------------------------------------------------------------------------------------ VAD
+
+
+class Detector:
+    """Scripted voice activity: the events each call reports."""
+
+    def __init__(self, script: list[list[VoiceEvent]]) -> None:
+        self.script, self.speaking = script, False
+
+    def feed(self, audio: np.ndarray) -> list[VoiceEvent]:
+        events = self.script.pop(0)
+        if events:
+            self.speaking = events[-1].kind == "start"
+        return events
+
+
+def test_the_segmenter_reports_pauses_and_the_speech_after_a_long_pause() -> None:
+    script = [[VoiceEvent("start", 0)], [VoiceEvent("end", 3000)], [VoiceEvent("start", 4000)],
+              [VoiceEvent("end", 6000)], [VoiceEvent("start", 12000)], []]
+    segmenter = VadSegmenter(Detector(script), RATE, reset_samples=5 * RATE)
+    heard = [list(segmenter.hear(np.zeros(10), Costs())) for _ in range(6)]
+    # the first start follows no pause (reported only with reset_samples 0); a 1 s pause is no reset, a 6 s one is
+    assert heard == [[], [VoiceEvent("end", 3000)], [], [VoiceEvent("end", 6000)], [VoiceEvent("start", 12000)], []]
+    assert segmenter.speech_in_buffer and segmenter.pause_from is None and not segmenter.silent
+    segmenter.speech_in_buffer = False  # (the stream committed and dropped the segment)
+    segmenter.detector.speaking = False  # type: ignore[attr-defined]
+    assert segmenter.silent and segmenter.silence_to_drop(2000) == 1500  # all but the last 0.5 s
+    assert segmenter.silence_to_drop(400) == 0
+
+
+@pytest.mark.parametrize("kind", ["start", "end"])
+def test_the_segmenter_passes_each_event_in_order(kind: str) -> None:
+    segmenter = VadSegmenter(Detector([[VoiceEvent(kind, 100)]]), RATE, reset_samples=0)
+    events = segmenter.hear(np.zeros(10), Costs())
+    assert next(events) == VoiceEvent(kind, 100)  # (reset_samples 0: every start resets the context)
+    assert segmenter.speech_in_buffer is (kind == "start")
+    assert list(events) == []
+
