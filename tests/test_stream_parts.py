@@ -109,6 +109,7 @@ def test_the_reason_of_a_decode_says_what_it_commits_and_which_guards_apply() ->
     whole = {reason: reason.commits_whole for reason in DecodeReason}
     assert whole == {DecodeReason.CHUNK: False, DecodeReason.SEGMENT_END: True, DecodeReason.BUFFER_FULL: True,
                      DecodeReason.SOURCE_END: True}
+    assert [r for r in DecodeReason if r.ends_source] == [DecodeReason.SOURCE_END]  # the final emission
     # the no-speech guard: on every decode but the end of a stream never trimmed (one final decode is offline)
     assert all(reason.judges_speech(trimmed=True) for reason in DecodeReason)
     assert [r for r in DecodeReason if not r.judges_speech(trimmed=False)] == [DecodeReason.SOURCE_END]

@@ -46,6 +46,11 @@ class DecodeReason(enum.Enum):
         the low-confidence guard does not hold the decode back (its words would be lost unread)."""
         return self is not DecodeReason.CHUNK
 
+    @property
+    def ends_source(self) -> bool:
+        """The source has ended: the decode's emission is the stream's final one."""
+        return self is DecodeReason.SOURCE_END
+
     def judges_speech(self, trimmed: bool) -> bool:
         """The no-speech guard applies: to every decode but the end of a stream never ``trimmed`` (whose one final
         decode stays offline decoding)."""
@@ -113,7 +118,7 @@ class ChunkDecoder:
         elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self.searcher.final_differs):
             decoded = self.last  # the source did not grow since the last decode: same result
         else:
-            decoded = self._search(audio, read, reason, committed, costs)
+            decoded = self._search(audio, read, reason)
         self.last = decoded
         if reason.commits_whole:
             decoded = dataclasses.replace(decoded, read=buf.read)
@@ -135,8 +140,8 @@ class ChunkDecoder:
         self.costs.compute_s += time.perf_counter() - start
         return [int(frame) * self.model.frame_samples for frame in frames]
 
-    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, committed: list[int], costs: Costs
-                ) -> Decoded:
+    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason) -> Decoded:
+        committed, costs = self.output.committed, self.costs
         enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
         base, guarded = self.buffer.base, reason.judges_speech(trimmed=self.buffer.offset > 0)
         # a searcher that judges the speech in its forced pass needs no pass of its own (once the prompt is
@@ -149,7 +154,7 @@ class ChunkDecoder:
         prompt = self.prompt.build(self.model, before)
         prefix = tuple(committed[base:])
         query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
-                      draft=self._draft(committed),
+                      draft=self._draft(),
                       no_speech_threshold=self.guards.no_speech_threshold if judged else None)
         hyps = self.searcher.search(self.model, query, self.search, costs)
         if not hyps:  # (the searcher judged the encoding to hold no speech)
@@ -166,11 +171,11 @@ class ChunkDecoder:
         budget = search.max_new_tokens or math.ceil(seconds * search.max_tokens_per_s + 10)
         return min(budget, self.model.max_length - prefix)
 
-    def _draft(self, committed: list[int]) -> tuple[int, ...]:
-        """What the last decode's best hypothesis had after the ``committed`` output (the searcher's draft)."""
+    def _draft(self) -> tuple[int, ...]:
+        """What the last decode's best hypothesis had after the committed output (the searcher's draft)."""
         if not self.options.search.draft or not self.last.hyps:
             return ()
-        best = self.last.hyps[0].tokens
+        best, committed = self.last.hyps[0].tokens, self.output.committed
         if len(best) <= len(committed) or list(best[: len(committed)]) != committed:
             return ()
         return tuple(best[len(committed) :])

@@ -134,7 +134,7 @@ class MTStage(OutputView):
         st = self.state
         start = time.perf_counter()
         before = tuple(st.output.committed[: st.base])
-        whole, final = reason.commits_whole, reason is DecodeReason.SOURCE_END
+        whole, final = reason.commits_whole, reason.ends_source
         request = MTRequest(source, tuple(st.output.committed[st.base :]), whole, self.options, self.searcher,
                             st.search)
         hyps: list[Hypothesis] = self.backend.translate(request, st.costs)

@@ -170,8 +170,7 @@ class Session(OutputView):
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
         elapsed_ms = source_ms + st.costs.compute_s * 1000.0
-        final = reason is DecodeReason.SOURCE_END
-        emission = st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, final)
+        emission = st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, reason.ends_source)
         return ([] if emission is None else [emission]), loop_cut
 
     def _trim(self, decoded: Decoded, samples: int, eager: bool) -> None:
