@@ -8,25 +8,31 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
+from simulst.server.shutdown import GracefulServer
+
 
 @dataclass
 class Running:
-    """A running server: its base URLs."""
+    """A running server: its base URLs, and uvicorn's server (``server.should_exit = True`` shuts it down as a
+    SIGTERM does)."""
 
     port: int
     app: FastAPI
+    server: uvicorn.Server | None = None
+    tls: bool = False
 
     @property
     def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def ws(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/ws"
+        return f"{'wss' if self.tls else 'ws'}://127.0.0.1:{self.port}/ws"
 
 
 def free_port() -> int:
@@ -36,11 +42,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(app: FastAPI) -> Iterator[Running]:
-    """Serve ``app`` until the block ends."""
+def serving(app: FastAPI, **config: Any) -> Iterator[Running]:
+    """Serve ``app`` until the block ends, with more of uvicorn's ``config`` (ssl files, ...). The server shuts
+    down as ``simulst serve`` does: open streams are drained first (their finals sent)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           ws_max_size=1 << 20))
+    hub = app.state.hub
+    server = GracefulServer(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           ws_max_size=1 << 20, **config),
+                            hub.drain, hub.service.config.shutdown_grace_s)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -49,7 +58,7 @@ def serving(app: FastAPI) -> Iterator[Running]:
             raise RuntimeError("the test server did not start")
         time.sleep(0.05)
     try:
-        yield Running(port, app)
+        yield Running(port, app, server, tls="ssl_certfile" in config)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

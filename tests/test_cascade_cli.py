@@ -49,7 +49,7 @@ def test_jfk_to_spanish_json_and_speech(tmp_path: Path, capsys: pytest.CaptureFi
     records = [json.loads(line) for line in out.splitlines()]
     emissions, final = records[:-1], records[-1]
     assert final["event"] == "final" and emissions and all(r["event"] == "emission" for r in emissions)
-    assert set(emissions[0]) == {"event", "text", "source_ms", "elapsed_ms"}
+    assert set(emissions[0]) == {"event", "text", "source_ms", "elapsed_ms", "start_ms", "end_ms", "words"}
     assert "".join(e["text"] for e in emissions) == final["text"]
     assert "país" in final["text"] and "country" in final["source_text"]
     assert final["source_ms"] == pytest.approx(11000.0)

@@ -33,7 +33,7 @@ def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     emissions = [r for r in records if r["event"] == "emission"]
     final = records[-1]
     assert final["event"] == "final" and len(emissions) == len(records) - 1 >= 3
-    assert set(emissions[0]) == {"event", "text", "source_ms", "elapsed_ms"}
+    assert set(emissions[0]) == {"event", "text", "source_ms", "elapsed_ms", "start_ms", "end_ms", "words"}
     assert {"text", "source_ms", "compute_s", "rtf", "decoder_passes"} <= set(final)
     assert "".join(e["text"] for e in emissions) == final["text"]
     assert JFK_PHRASE.search(normalize_for_wer(final["text"]))

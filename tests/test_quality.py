@@ -14,6 +14,7 @@ from simulst.evaluation.quality import (
     quality_scores,
     sacrebleu_tokenizers,
     wer,
+    whisper_normalize,
 )
 
 HYPS = ["And so my fellow Americans, ask not what your country can do for you.", "The cat sat on the mat."]
@@ -57,9 +58,19 @@ def test_normaliser() -> None:
     assert normalize_for_wer("ＡＢＣ") == "abc"  # NFKC
 
 
+def test_whisper_normaliser_is_whispers_own() -> None:
+    # known pairs of openai/whisper's EnglishTextNormalizer (its README's examples and its spelling table)
+    assert whisper_normalize("Mr. Smith's colour, twenty-five!") == "mister smith is color 25"
+    assert whisper_normalize("It's 3.5 percent, isn't it?") == "it is 3.5% is not it"
+    assert whisper_normalize("And so, my fellow Americans—ask not") == "and so my fellow americans ask not"
+    assert whisper_normalize("one hundred and two dollars") == "$102"
+    # the two normalisers differ where Whisper's is the one published figures use
+    assert wer(["twenty five"], ["25"], whisper_normalize) == 0.0 and wer(["twenty five"], ["25"], normalize_for_wer)
+
+
 def test_quality_scores_dispatch() -> None:
-    out = quality_scores(["BLEU", "chrF", "WER", "WER_norm"], HYPS, REFS)
-    assert set(out) == {"BLEU", "chrF", "WER", "WER_norm"}
+    out = quality_scores(["BLEU", "chrF", "WER", "WER_norm", "WER_whisper"], HYPS, REFS)
+    assert set(out) == {"BLEU", "chrF", "WER", "WER_norm", "WER_whisper"}
     with pytest.raises(OptionError):
         quality_scores(["METEOR"], HYPS, REFS)
 

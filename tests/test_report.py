@@ -90,7 +90,7 @@ def test_registry_refuses_a_second_entry_and_names_the_choices() -> None:
 
 def test_registries_hold_the_named_parts_in_order() -> None:
     assert list(LATENCY_METRICS) == ["AL", "LAAL", "AP", "DAL", "ATD", "StartOffset", "EndOffset", "NumChunks", "RTF"]
-    assert QUALITY_METRICS == tuple(QUALITY_REGISTRY) == ("BLEU", "chrF", "WER", "WER_norm")
+    assert QUALITY_METRICS == tuple(QUALITY_REGISTRY) == ("BLEU", "chrF", "WER", "WER_norm", "WER_whisper")
     assert list(LONGFORM_METRICS) == ["StreamLAAL", "LongYAAL"]
     assert list(RESEGMENTERS) == ["soft", "mwer"]
     assert OMNISTEVAL_KEYS == {"BLEU": "bleu", "chrF": "chrf", "StreamLAAL": "long_laal",
@@ -99,7 +99,8 @@ def test_registries_hold_the_named_parts_in_order() -> None:
         assert cls.name == name and cls.__doc__
     with pytest.raises(OptionError, match="unknown long-form latency metric 'AL'; choose one of StreamLAAL, LongYAAL"):
         get_longform_metric("AL")
-    with pytest.raises(OptionError, match="unknown quality metric 'METEOR'; choose one of BLEU, chrF, WER, WER_norm"):
+    with pytest.raises(OptionError,
+                       match="unknown quality metric 'METEOR'; choose one of BLEU, chrF, WER, WER_norm, WER_whisper"):
         quality_scores(["METEOR"], ["a"], ["a"])
 
 

@@ -94,10 +94,11 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def exchange(url: str, sends: list[str | bytes], wait_s: float = 20.0) -> tuple[list[dict[str, Any]], int | None]:
+async def exchange(url: str, sends: list[str | bytes], wait_s: float = 20.0, headers: dict[str, str] | None = None,
+                   subprotocols: list[str] | None = None) -> tuple[list[dict[str, Any]], int | None]:
     """Send messages, then collect the server's messages until it closes; returns them and the close code."""
     received: list[dict[str, Any]] = []
-    async with connect(url) as ws:
+    async with connect(url, additional_headers=headers, subprotocols=subprotocols) as ws:  # type: ignore[arg-type]
         try:
             for message in sends:
                 await ws.send(message)
@@ -248,15 +249,25 @@ def test_token_is_required_when_set(model: WhisperModel, jfk: np.ndarray) -> Non
     service = Service(model, ServerConfig(token="s3cret", limits=FAST))
     wav = io.BytesIO()
     sf.write(wav, jfk[: 16000 * 4], 16000, format="WAV")
+    end = json.dumps({"type": "end"})
     with serving(create_app(service)) as running:
         refused, code = run(exchange(running.ws, [START]))
         assert code == POLICY_VIOLATION and "valid token" in refused[0]["message"]
-        wrong, _ = run(exchange(running.ws + "?token=nope", [START]))
+        wrong, _ = run(exchange(running.ws, [START], headers={"Authorization": "Bearer nope"}))
         assert "valid token" in wrong[0]["message"]
-        ok, code = run(exchange(running.ws + "?token=s3cret", [START, json.dumps({"type": "end"})]))
+        ok, code = run(exchange(running.ws, [START, end], headers={"Authorization": "Bearer s3cret"}))
         assert [m["type"] for m in ok] == ["ready", "final"] and code == NORMAL_CLOSURE
-        in_start, _ = run(exchange(running.ws, [json.dumps({"type": "start", "token": "s3cret"})], wait_s=1.0))
-        assert in_start[0]["type"] == "ready"
+        # a browser's websocket: the token as a subprotocol beside "simulst", which the server accepts
+        ok, code = run(exchange(running.ws, [START, end], subprotocols=["simulst", "bearer.s3cret"]))
+        assert [m["type"] for m in ok] == ["ready", "final"] and code == NORMAL_CLOSURE
+        # never in the URL (it would land in logs), nor in the start message
+        in_url, code = run(exchange(running.ws + "?token=s3cret", [START]))
+        assert code == POLICY_VIOLATION and "not accepted in the URL" in in_url[0]["message"]
+        in_start, code = run(exchange(running.ws, [json.dumps({"type": "start", "token": "s3cret"})]))
+        assert code == POLICY_VIOLATION and "valid token" in in_start[0]["message"]
+        in_start, code = run(exchange(running.ws, [json.dumps({"type": "start", "token": "s3cret"})],
+                                      headers={"Authorization": "Bearer s3cret"}))
+        assert code == POLICY_VIOLATION and "not accepted in the start message" in in_start[0]["message"]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{running.http}/v1", api_key="nope").audio.transcriptions.create(
                 model="whisper-1", file=("a.wav", wav.getvalue()))
@@ -285,7 +296,7 @@ def test_openai_client_transcribes_and_translates_files(server: Running, jfk: np
     with pytest.raises(openai.BadRequestError, match="not audio"):
         client.audio.transcriptions.create(model="whisper-1", file=("notes.wav", b"this is not audio"))
     with pytest.raises(openai.BadRequestError, match="response_format"), JFK.open("rb") as f:
-        client.audio.transcriptions.create(model="whisper-1", file=f, response_format="verbose_json")
+        client.audio.transcriptions.create(model="whisper-1", file=f, response_format="xml")  # type: ignore[arg-type]
     assert client.models.list().data[0].id == "whisper-tiny.en"
 
 

@@ -212,7 +212,10 @@ def test_cli_format_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert parser.parse_args(["transcribe", "a.wav", "--json"]).format == "json"
     args = parser.parse_args(["translate", "a.wav", "--to", "es", "--format", "vtt", "-o", "x.vtt"])
     assert args.format == "vtt" and args.output == "x.vtt"
-    for bad in (["--format", "ass"], ["--json", "--format", "srt"]):
+    assert parser.parse_args(["transcribe", "a.wav", "--format", "srt"]).cue_times == "spoken"
+    assert parser.parse_args(["transcribe", "a.wav", "--cue-times", "commit"]).cue_times == "commit"
+    assert parser.parse_args(["transcribe", "a.wav", "--format", "whisper-streaming"]).format == "whisper-streaming"
+    for bad in (["--format", "ass"], ["--json", "--format", "srt"], ["--cue-times", "later"]):
         with pytest.raises(SystemExit) as exit_info:
             parser.parse_args(["transcribe", "a.wav", *bad])
         assert exit_info.value.code == 2
@@ -220,10 +223,10 @@ def test_cli_format_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     sf.write(str(audio), np.zeros(1600, dtype=np.float32), 16000)
     capsys.readouterr()
     assert main(["transcribe", str(audio), "--format", "srt", "-o", str(tmp_path / "no" / "such" / "x.srt")]) == 2
-    assert "cannot write subtitles to" in capsys.readouterr().err
+    assert "cannot write srt to" in capsys.readouterr().err
     assert main(["transcribe", str(audio), "--format", "srt", "-o", str(tmp_path)]) == 2  # a directory
     assert main(["transcribe", str(audio), "-o", str(tmp_path / "x.txt")]) == 2
-    assert "--format srt" in capsys.readouterr().err
+    assert "--output FILE is for --format srt" in capsys.readouterr().err
 
 
 @pytest.mark.real

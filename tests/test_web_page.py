@@ -46,6 +46,20 @@ def server_url() -> Iterator[str]:
         yield running.http
 
 
+TOKEN = "page-s3cret.42"
+
+
+@pytest.fixture(scope="module")
+def token_server_url() -> Iterator[str]:
+    """An in-process server that needs the token :data:`TOKEN`."""
+    from simulst.models.loading import load_model
+    from simulst.server.app import create_app
+    from simulst.server.service import ServerConfig, Service
+
+    with serving(create_app(Service(load_model(), ServerConfig(token=TOKEN)))) as running:
+        yield running.http
+
+
 def _browser(wav: Path) -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
@@ -160,3 +174,24 @@ def test_file_captions(browser: webdriver.Chrome, server_url: str) -> None:
     final = _words(browser.find_element(By.ID, "final").text)
     assert final.startswith("and so my fellow americans") and PHRASE.search(final), final
     _latency_ms(browser)
+
+
+def test_token_entered_in_the_page(browser: webdriver.Chrome, token_server_url: str) -> None:
+    """A server with a token: the page asks for it and sends it in the websocket's subprotocol, never in the
+    address; a wrong token is refused with the server's message, the right one streams."""
+    _open_page(browser, token_server_url)
+    field = browser.find_element(By.ID, "token")
+    assert field.is_displayed() and field.get_attribute("type") == "password"
+    browser.find_element(By.ID, "file").send_keys(str(JFK))
+    field.send_keys("wrong-token")
+    browser.find_element(By.ID, "start").click()
+    _wait_for_state(browser, "error", 15)
+    assert "valid token" in browser.find_element(By.ID, "error").text
+    field.clear()
+    field.send_keys(TOKEN + "\n")  # (Enter in the field submits nothing)
+    browser.find_element(By.ID, "start").click()
+    _wait_for_captions(browser, 45)
+    _wait_for_state(browser, "finished", 30)
+    assert PHRASE.search(_words(browser.find_element(By.ID, "final").text))
+    assert browser.current_url == token_server_url + "/"  # the token never reached the address bar
+    assert TOKEN not in "\n".join(entry["message"] for entry in browser.get_log("browser"))

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Word:
+    """A whitespace-separated piece of an emission's text and where it was spoken.
+
+    Attributes:
+        text: the piece (no whitespace).
+        start_ms, end_ms: where its tokens were spoken, on the stream's audio timeline (None: untimed).
+        joins_previous: the piece continues the last word of the emission before (no whitespace between them: a
+            word split across two emissions, e.g. ``"3."`` then ``"5 percent"``); :func:`spoken_words` joins them.
+    """
+
+    text: str
+    start_ms: float | None
+    end_ms: float | None
+    joins_previous: bool = False
 
 
 @dataclass(frozen=True)
@@ -12,10 +30,17 @@ class Emission:
     Attributes:
         text: the increment (emission texts of a stream concatenate to its final text).
         tokens: the token ids this increment commits (model vocabulary).
-        source_ms: milliseconds of source audio read when the emission was made.
+        source_ms: milliseconds of source audio read when the emission was made (its commit time).
         elapsed_ms: source_ms plus the compute time this stream has spent so far (computation-aware time,
             SimulEval >= 1.1 semantics: cumulative within one stream, not across streams).
         final: True for the emission made after the source ended.
+        start_ms, end_ms: where its words were spoken, in milliseconds on the stream's audio timeline (from the
+            stream's first sample, audio trimmed off the model's buffer included): from its first word's start to
+            its last word's end; None where there is no timing (a model that records none, text without words).
+            Within the audio read, ``start_ms <= end_ms``, and the starts of a stream's emissions never decrease.
+        words: its text's whitespace-separated pieces (``text.split()``, in order), each timed by the tokens that
+            carry its characters; a piece continuing the previous emission's last word says so
+            (:attr:`Word.joins_previous`).
     """
 
     text: str
@@ -23,6 +48,25 @@ class Emission:
     source_ms: float
     elapsed_ms: float
     final: bool = False
+    start_ms: float | None = None
+    end_ms: float | None = None
+    words: tuple[Word, ...] = ()
+
+
+def spoken_words(emissions: Iterable[Emission]) -> list[Word]:
+    """The whole words of a stream's emissions, in order: a word split across emissions is one word, from its
+    first piece's start to its last piece's end (the words of ``"".join(e.text for e in emissions).split()``)."""
+    words: list[Word] = []
+    for emission in emissions:
+        for word in emission.words:
+            if word.joins_previous and words:
+                first = words[-1]
+                start = first.start_ms if first.start_ms is not None else word.start_ms
+                end = word.end_ms if word.end_ms is not None else first.end_ms
+                words[-1] = Word(first.text + word.text, start, end)
+            else:
+                words.append(Word(word.text, word.start_ms, word.end_ms))
+    return words
 
 
 @dataclass(frozen=True)
@@ -33,11 +77,15 @@ class Hypothesis:
         tokens: output token ids after the model's prompt, forced prefix included, ``<eos>`` excluded.
         score: sum of token log-probabilities of the searched (non-forced) part.
         finished: True when the search ended it with ``<eos>``.
+        alignment: the decoder's record of where the hypothesis attended - the cross-attention rows of its
+            positions after the prompt, which time its tokens without another decoder pass (an opaque handle of the
+            model, ``TokenTimer.traced_starts``); None: not recorded. Not part of equality.
     """
 
     tokens: tuple[int, ...]
     score: float
     finished: bool = False
+    alignment: object | None = field(default=None, compare=False, repr=False)
 
     def normalized_score(self, n_forced: int, length_penalty: float = 1.0) -> float:
         """Length-normalised score: score / (number of searched tokens, +1 for ``<eos>``)^length_penalty."""

@@ -1,8 +1,16 @@
-"""Read any audio file soundfile understands (wav, flac, ogg, ...) as mono float32 at the model's rate."""
+"""Read an audio file in any format as mono float32 at the model's rate.
+
+libsndfile (soundfile) reads what it knows (wav, flac, ogg / vorbis / opus, mp3); anything else - m4a / mp4 /
+aac, webm, mp3 that libsndfile refuses, ... - is decoded with FFmpeg (PyAV, :mod:`simulst.audio.container`).
+libsndfile goes first because it reads PCM files exactly and fastest, and every result measured on the shared wav
+and flac files was read by it; FFmpeg is the fallback for the containers it does not know.
+"""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -14,7 +22,8 @@ SILENCE_PEAK = 1e-4  # about -80 dBFS: below this the whole signal is treated as
 
 
 def load_audio(path: str | Path, sample_rate: int = 16000) -> np.ndarray:
-    """Decode ``path``, average its channels, resample to ``sample_rate`` (soxr, high quality).
+    """Decode ``path`` (any format: libsndfile's, else FFmpeg's), average its channels, resample to
+    ``sample_rate`` (soxr, high quality).
 
     Raises:
         AudioError: the file is missing, not audio, unreadable, empty, or holds NaN/Inf samples.
@@ -24,14 +33,42 @@ def load_audio(path: str | Path, sample_rate: int = 16000) -> np.ndarray:
         raise AudioError(f"audio file not found: {path}")
     if not path.is_file():
         raise AudioError(f"not a file: {path}")
+    with path.open("rb") as file:
+        return _decode(file, sample_rate, str(path))
+
+
+def read_audio_bytes(data: bytes, sample_rate: int = 16000, what: str = "the uploaded audio") -> np.ndarray:
+    """:func:`load_audio` for a file's bytes (an upload).
+
+    Raises:
+        AudioError: empty, not audio, or holds NaN/Inf samples.
+    """
+    if not data:
+        raise AudioError(f"{what} is empty")
+    return _decode(io.BytesIO(data), sample_rate, what)
+
+
+def _decode(file: BinaryIO, sample_rate: int, what: str) -> np.ndarray:
+    """libsndfile first; FFmpeg for what it does not read."""
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as err:
-        raise AudioError(f"cannot read {path} as audio (supported: wav, flac, ogg, ...): {err}") from err
+        data, rate = sf.read(file, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as sndfile_error:
+        from simulst.audio.container import decode_audio
+
+        file.seek(0)
+        try:
+            audio = decode_audio(file.read(), sample_rate, what)
+        except AudioError as err:
+            reason = str(getattr(sndfile_error, "error_string", None) or sndfile_error).rstrip(".")
+            ffmpeg_reason = getattr(err.__cause__, "strerror", None) or err
+            raise AudioError(f"cannot read {what}: it is not audio that libsndfile ({reason}) or FFmpeg "
+                             f"({ffmpeg_reason}) decodes") from err
+        check_audio(audio, what)
+        return audio
     if data.shape[0] == 0:
-        raise AudioError(f"{path} holds no audio samples")
+        raise AudioError(f"{what} holds no audio samples")
     audio = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
-    check_audio(audio, str(path))
+    check_audio(audio, what)
     if rate != sample_rate:
         audio = soxr.resample(audio, rate, sample_rate, quality="HQ").astype(np.float32)
     return np.ascontiguousarray(audio, dtype=np.float32)

@@ -82,11 +82,11 @@ def run_cascade(args: argparse.Namespace) -> int:
     """``simulst translate AUDIO --to LANG [...]``: exit code 0 (1 when the audio is silent)."""
     if not args.to:
         raise OptionError("the cascade needs a target language (--to LANG)")
-    options = stream_options_from_args(args)
+    options = stream_options_from_args(args, task="transcribe")  # the speech model transcribes
     mt_options = mt_options_from_args(args)
     speech = _speech_output(args)
     audio = load_audio(args.audio)
-    output = StreamOutput(args.format, args.output, args.realtime)
+    output = StreamOutput(args.format, args.output, args.realtime, args.cue_times)
     engine = cascade_from_args(args, mt_options)
     if engine.sample_rate != 16000:
         audio = load_audio(args.audio, engine.sample_rate)

@@ -80,7 +80,7 @@ def register(subparsers: Any) -> None:
                         "(repeatable)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="configurations run in parallel processes (default 1)")
     p.add_argument("--plot-quality", default=None, choices=QUALITY_METRICS,
-                   help="quality axis of the plots (default: WER_norm for --task transcribe, else BLEU)")
+                   help="quality axis of the plots (default: WER_whisper for --task transcribe, else BLEU)")
     _add_eval_arguments(p)
     p.set_defaults(func=sweep_command)
 
@@ -329,14 +329,15 @@ def sweep_command(args: argparse.Namespace) -> int:
             return engine_from_args(args)
 
     def report(point: Any, scores: Mapping[str, Any]) -> None:
-        shown = ", ".join(f"{k} {scores[k]:.3f}" for k in ("BLEU", "WER_norm", "AL", "LAAL", "AL_CA")
+        shown = ", ".join(f"{k} {scores[k]:.3f}" for k in ("BLEU", "WER_whisper", "AL", "LAAL", "AL_CA")
                           if isinstance(scores.get(k), int | float))
         print(f"[sweep] {point.label}: {shown}", file=sys.stderr, flush=True)
 
     rows = run_sweep(factory, points, items, args.output, eval_options, args.jobs, report)
-    preferred = args.plot_quality or ("WER_norm" if args.task == "transcribe" else None)
+    preferred = args.plot_quality or ("WER_whisper" if args.task == "transcribe" else None)
     quality = quality_metric_for(rows, preferred)
-    _, md = write_table(rows, args.output, quality=[q for q in ("BLEU", "chrF", "WER_norm") if q in rows[0]])
+    shown_quality = [q for q in ("BLEU", "chrF", "WER_whisper", "WER_norm") if q in rows[0]]
+    _, md = write_table(rows, args.output, quality=shown_quality)
     plot_sweep(rows, args.output, quality)
     print(md.read_text(encoding="utf-8"), end="")
     return 0

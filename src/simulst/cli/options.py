@@ -13,11 +13,41 @@ from typing import Any, TypeVar
 
 from simulst.config import POLICIES, Flag, ModelOptions, Nested, PolicyOptions, StreamOptions
 from simulst.config.fields import CTC, FLAG, LONG_FORM, MODEL, NESTED, ONLINE
+from simulst.config.presets import DEFAULT_LATENCY, LATENCIES, preset
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
 from simulst.models.loading import load_model
 
 OptionsT = TypeVar("OptionsT")
+
+GIVEN = "given_options"
+"""The attribute of the parsed arguments that holds the dests of the option flags given on the command line."""
+
+
+class _Given(argparse.Action):
+    """Stores the value and notes that the flag was given (a latency preset does not override it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        _note_given(namespace, self.dest)
+
+
+class _GivenSwitch(argparse.BooleanOptionalAction):
+    """A ``--x`` / ``--no-x`` switch that notes it was given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _note_given(namespace, self.dest)
+
+
+def _note_given(namespace: argparse.Namespace, dest: str) -> None:
+    given = vars(namespace).get(GIVEN)
+    if not isinstance(given, set):
+        given = set()
+        setattr(namespace, GIVEN, given)
+    given.add(dest)
 
 
 @dataclass(frozen=True)
@@ -49,9 +79,10 @@ class ArgumentGroups:
         kwargs: dict[str, Any] = {"dest": flag.dest, "default": None if unset else default,
                                   "help": _help(flag, option.default)}
         if isinstance(option.default, bool):
-            kwargs["action"] = argparse.BooleanOptionalAction
+            kwargs["action"] = _GivenSwitch
         else:
-            kwargs.update(type=_argument_type(flag, option.default), metavar=flag.metavar, choices=flag.choices)
+            kwargs.update(action=_Given, type=_argument_type(flag, option.default), metavar=flag.metavar,
+                          choices=flag.choices)
         self[flag.group].add_argument(flag.name, **kwargs)
 
 
@@ -94,6 +125,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     groups = ArgumentGroups(parser)
     for title in (MODEL, ONLINE, LONG_FORM, CTC):  # the sections in this order
         groups[title]
+    groups[ONLINE].add_argument(
+        "--latency", choices=LATENCIES, default=DEFAULT_LATENCY,
+        help="the operating point, chosen per task on its dev data: low (the least delay), balanced, accurate "
+             "(the best live quality); it sets the chunk, policy, window and buffer options that are not given "
+             "(docs/presets.md) (default: %(default)s)")
     for option in [*cli_options(ModelOptions), *cli_options(StreamOptions)]:
         groups.add(option)
     for option in _policy_refinements():
@@ -102,9 +138,21 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(policies=None)
 
 
-def stream_options_from_args(args: argparse.Namespace) -> StreamOptions:
-    """Build (and validate) :class:`StreamOptions` from parsed arguments; raises ``OptionError``."""
+def stream_options_from_args(args: argparse.Namespace, task: str | None = None) -> StreamOptions:
+    """Build (and validate) :class:`StreamOptions` from parsed arguments, under the ``--latency`` preset of
+    ``task`` (None: the arguments' ``task``, else ``transcribe``); raises ``OptionError``."""
+    apply_latency_preset(args, task)
     return options_from_args(StreamOptions, args)
+
+
+def apply_latency_preset(args: argparse.Namespace, task: str | None = None) -> None:
+    """Set the arguments of the ``--latency`` preset of ``task`` (None: the arguments' ``task``, else
+    ``transcribe``) that were not given on the command line; the ones given win."""
+    chosen = preset(task or vars(args).get("task") or "transcribe", args.latency)
+    given = vars(args).get(GIVEN) or set()
+    for name, value in chosen.settings.items():
+        if name not in given:
+            setattr(args, name, value)
 
 
 def ctc_head_from_args(args: argparse.Namespace) -> str | None:
@@ -117,7 +165,9 @@ def ctc_head_from_args(args: argparse.Namespace) -> str | None:
 
 
 def model_options_from_args(args: argparse.Namespace, task: str = "transcribe") -> ModelOptions:
-    """The :class:`ModelOptions` the arguments name (built once; every process loads the model from them)."""
+    """The :class:`ModelOptions` the arguments name, under ``task``'s ``--latency`` preset (built once; every process
+    loads the model from them)."""
+    apply_latency_preset(args, task)
     return options_from_args(ModelOptions, args, task=task, ctc_head=ctc_head_from_args(args))
 
 

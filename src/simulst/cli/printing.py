@@ -1,5 +1,17 @@
-"""How the stream commands print emissions: one live line of text, one JSON line (the CLI contract), or live
-subtitles (SRT / WebVTT captions, each written as soon as it is closed)."""
+"""How the stream commands print emissions: one live line of text, one JSON line (the CLI contract), live subtitles
+(SRT / WebVTT captions, each written as soon as it is closed), or one timed line per emission: TSV (openai-whisper's
+``--output_format tsv``: a ``start``, ``end``, ``text`` header, then integer milliseconds and the text) or
+whisper_streaming's line format.
+
+**whisper_streaming's lines** (ufal/whisper_streaming, ``whisper_online.py``'s ``output_transcript``): one line per
+emission with text, ``"%1.4f %1.0f %1.0f %s" % (emission time ms, begin ms, end ms, text)``. The emission time is
+when the text was committed: the audio read then (``source_ms``; whisper_streaming's ``--comp_unaware`` simulation
+prints the end of the audio read), or with ``--realtime`` the wall-clock time since the start, as its default,
+simultaneous mode prints. Begin and end are where the text was spoken (an untimed emission: its emission time for
+both). The text is the emission's increment as committed, leading space included, as whisper_streaming's default
+faster-whisper back-end joins its words (line breaks become spaces); an emission without text prints nothing, as
+there.
+"""
 
 from __future__ import annotations
 
@@ -12,24 +24,33 @@ from typing import Any, TextIO
 
 from simulst.errors import OptionError
 from simulst.streaming.engine import Stream
+from simulst.streaming.subtitles import CUE_TIMES, SubtitleWriter
 from simulst.streaming.subtitles import FORMATS as SUBTITLE_FORMATS
-from simulst.streaming.subtitles import SubtitleWriter
 from simulst.types import Emission
 
-STREAM_FORMATS = ("text", "json", *SUBTITLE_FORMATS)
+LINE_FORMATS = ("tsv", "whisper-streaming")
+FILE_FORMATS = (*SUBTITLE_FORMATS, *LINE_FORMATS)  # the formats that may go to a file (-o)
+STREAM_FORMATS = ("text", "json", *FILE_FORMATS)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--format`` (``--json``) and ``-o`` of the commands that stream emissions (for :class:`StreamOutput`)."""
+    """Add ``--format`` (``--json``), ``--cue-times`` and ``-o`` of the commands that stream emissions (for
+    :class:`StreamOutput`)."""
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--format", choices=STREAM_FORMATS, default="text",
-                     help="text: a live line per emission (default); json: JSON lines only (one per emission, then "
-                          "a final one); srt | vtt: live subtitles, each caption written as it closes")
+                     help="text: a live line per emission (default); json: JSON lines only (one per emission, with "
+                          "its spoken start_ms/end_ms and words, then a final one); srt | vtt: live subtitles, each "
+                          "caption written as it closes; tsv: 'start end text' lines in spoken milliseconds "
+                          "(openai-whisper's tsv); whisper-streaming: 'emission_ms begin_ms end_ms text' lines "
+                          "(ufal/whisper_streaming's output)")
     fmt.add_argument("--json", dest="format", action="store_const", const="json", default="text",
                      help="same as --format json")
+    parser.add_argument("--cue-times", choices=CUE_TIMES, default="spoken",
+                        help="srt | vtt captions timed by when their words were spoken (default) or by when they were "
+                             "committed (what a live viewer sees)")
     parser.add_argument("--output", "-o", metavar="FILE", default=None,
-                        help="with --format srt|vtt: write the captions to FILE (stdout then shows the live lines); "
-                             "default: the captions alone on stdout, the summary on stderr")
+                        help="with --format srt|vtt|tsv|whisper-streaming: write to FILE (stdout then shows the live "
+                             "lines); default: that output alone on stdout, the summary on stderr")
 
 
 def final_record(stream: Stream, source_s: float, wall_s: float) -> dict[str, Any]:
@@ -55,47 +76,87 @@ def text_printer(emission: Emission, wall_ms: float | None) -> None:
     print(f"[{emission.source_ms / 1000.0:6.2f} s{clock}] {emission.text}", flush=True)
 
 
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def json_printer(emission: Emission, wall_ms: float | None) -> None:
-    """One JSON line of the CLI contract; ``elapsed_ms`` is the wall clock in real-time mode."""
+    """One JSON line of the CLI contract; ``elapsed_ms`` is the wall clock in real-time mode; ``start_ms`` and
+    ``end_ms`` are where the text was spoken (null: untimed), ``words`` its whitespace-separated pieces, timed."""
     record = {
         "event": "emission",
         "text": emission.text,
         "source_ms": round(emission.source_ms, 3),
         "elapsed_ms": round(wall_ms if wall_ms is not None else emission.elapsed_ms, 3),
+        "start_ms": _ms(emission.start_ms),
+        "end_ms": _ms(emission.end_ms),
+        "words": [{"text": w.text, "start_ms": _ms(w.start_ms), "end_ms": _ms(w.end_ms),
+                   "joins_previous": w.joins_previous} for w in emission.words],
     }
     print(json.dumps(record, ensure_ascii=False), flush=True)
 
 
+TSV_HEADER = "start\tend\ttext\n"
+
+
+def tsv_line(emission: Emission) -> str:
+    """An emission as openai-whisper's TSV writes a segment: spoken start and end in integer milliseconds (empty:
+    untimed), the text stripped, its tabs and line breaks as spaces. Empty for an emission without text."""
+    text = " ".join(emission.text.replace("\t", " ").split())
+    if not text:
+        return ""
+    start = "" if emission.start_ms is None else str(round(emission.start_ms))
+    end = "" if emission.end_ms is None else str(round(emission.end_ms))
+    return f"{start}\t{end}\t{text}\n"
+
+
+def whisper_streaming_line(emission: Emission, wall_ms: float | None = None) -> str:
+    """An emission as whisper_streaming prints a commit (see the module docstring); empty without text."""
+    if not emission.text.strip():
+        return ""
+    now = emission.source_ms if wall_ms is None else wall_ms
+    begin = now if emission.start_ms is None else emission.start_ms
+    end = now if emission.end_ms is None else emission.end_ms
+    text = emission.text.replace("\r", " ").replace("\n", " ")
+    return "%1.4f %1.0f %1.0f %s\n" % (now, begin, end, text)  # noqa: UP031 - whisper_streaming's format, verbatim
+
+
 class StreamOutput:
-    """Where a stream command's output goes (``--format``, ``--output``).
+    """Where a stream command's output goes (``--format``, ``--cue-times``, ``--output``).
 
     ``text`` and ``json`` print live lines on stdout. ``srt`` and ``vtt`` write live subtitles
-    (:class:`~simulst.streaming.subtitles.SubtitleWriter`) to ``path``, stdout showing the live text lines as usual,
-    or, without a path (or ``-``), to stdout and nothing else: the summary then goes to stderr (:attr:`summary`).
+    (:class:`~simulst.streaming.subtitles.SubtitleWriter`, timed by ``cue_times``), ``tsv`` and
+    ``whisper-streaming`` a line per emission, to ``path``, stdout showing the live text lines as usual, or,
+    without a path (or ``-``), to stdout and nothing else: the summary then goes to stderr (:attr:`summary`).
 
     Raises:
-        OptionError: an unknown format, a path without a subtitle format, or a path that cannot be written.
+        OptionError: an unknown format or cue times, a path with a format that is not for files, or a path that
+            cannot be written.
     """
 
-    def __init__(self, fmt: str, path: str | None = None, realtime: bool = False) -> None:
+    def __init__(self, fmt: str, path: str | None = None, realtime: bool = False, cue_times: str = "spoken") -> None:
         if fmt not in STREAM_FORMATS:
             raise OptionError(f"unknown output format {fmt!r} ({', '.join(STREAM_FORMATS)})")
-        if path is not None and fmt not in SUBTITLE_FORMATS:
-            raise OptionError(f"--output FILE is for subtitles: add --format {' or --format '.join(SUBTITLE_FORMATS)}")
+        if path is not None and fmt not in FILE_FORMATS:
+            raise OptionError(f"--output FILE is for --format {', '.join(FILE_FORMATS)}")
         self.format = fmt
         self.realtime = realtime
         self.subtitles: SubtitleWriter | None = None
         self._file: TextIO | None = None
-        self._on_stdout = fmt in SUBTITLE_FORMATS and path in (None, "-")
-        if fmt in SUBTITLE_FORMATS:
+        self._sink: TextIO | None = None
+        self._on_stdout = fmt in FILE_FORMATS and path in (None, "-")
+        if fmt in FILE_FORMATS:
             if self._on_stdout:
-                sink = sys.stdout
+                self._sink = sys.stdout
             else:
                 try:
-                    sink = self._file = open(str(path), "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+                    self._sink = self._file = open(str(path), "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
                 except OSError as err:
-                    raise OptionError(f"cannot write subtitles to {path}: {err.strerror or err}") from err
-            self.subtitles = SubtitleWriter(sink, fmt)
+                    raise OptionError(f"cannot write {fmt} to {path}: {err.strerror or err}") from err
+        if fmt in SUBTITLE_FORMATS and self._sink is not None:
+            self.subtitles = SubtitleWriter(self._sink, fmt, times=cue_times)
+        elif fmt == "tsv" and self._sink is not None:
+            self._write(TSV_HEADER)
         self._printer = json_printer if fmt == "json" else None if self._on_stdout else text_printer
 
     @property
@@ -109,11 +170,20 @@ class StreamOutput:
         return sys.stderr if self._on_stdout else sys.stdout
 
     def emit(self, emission: Emission, wall_ms: float) -> None:
-        """Print an emission (wall-clock time shown in real-time mode) and feed it to the subtitles."""
+        """Print an emission (wall-clock time shown in real-time mode) and feed it to the subtitles or lines."""
         if self._printer is not None:
             self._printer(emission, wall_ms if self.realtime else None)
         if self.subtitles is not None:
             self.subtitles.add(emission)
+        elif self.format == "tsv":
+            self._write(tsv_line(emission))
+        elif self.format == "whisper-streaming":
+            self._write(whisper_streaming_line(emission, wall_ms if self.realtime else None))
+
+    def _write(self, text: str) -> None:
+        if text and self._sink is not None:
+            self._sink.write(text)
+            self._sink.flush()
 
     @contextmanager
     def streaming(self, end_ms: float) -> Iterator[None]:

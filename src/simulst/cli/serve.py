@@ -18,15 +18,13 @@ from simulst.server.service import ServerConfig
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``serve``."""
     text = ("serve live transcription / translation: a web page with microphone capture, a websocket stream "
-            "API at /ws (many concurrent streams, decoded in batches) and OpenAI-compatible file endpoints")
+            "API at /ws (many concurrent streams, decoded in batches), OpenAI-compatible file endpoints and "
+            "Prometheus metrics at /metrics")
     p = sub.add_parser("serve", help=text, description=text)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--max-streams", type=int, default=16,
                    help="the most concurrent streams (websockets + file requests); more are refused (default 16)")
-    p.add_argument("--token", default=os.environ.get("SIMULST_TOKEN"),
-                   help="a shared secret clients must present (?token=, the start message, or Authorization: "
-                        "Bearer); default: $SIMULST_TOKEN, else none")
     p.add_argument("--transcripts", metavar="DIR", default=None,
                    help="append every stream's committed output to DIR/<time>-<stream>.jsonl, flushed per emission")
     p.add_argument("--batching", choices=("auto", "on", "off"), default="auto",
@@ -34,44 +32,95 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "reading all its pending audio when its turn comes; auto (default): on for a GPU, off on "
                         "a CPU, where it measured better (bench/results/serve_load.md)")
     p.add_argument("--mt", default="apertium", help="MT back-end for cascade streams (\"to\"): apertium (default)")
-    p.add_argument("--max-speed", type=float, default=Limits.max_speed,
-                   help="cut off clients sending audio faster than this many times real time (default 2)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    access = p.add_argument_group("access, limits and operation")
+    access.add_argument("--token", default=os.environ.get("SIMULST_TOKEN"),
+                        help="a shared secret clients must present, as an 'Authorization: Bearer TOKEN' header or "
+                             "(a browser's websocket) the subprotocol 'bearer.TOKEN'; never in the URL; also guards "
+                             "/metrics. Default: $SIMULST_TOKEN, else none")
+    access.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a web origin (scheme://host[:port]) whose pages may use the server, besides its own "
+                             "and loopback ones; repeatable; '*' allows any")
+    access.add_argument("--ssl-certfile", default=None, metavar="PEM",
+                        help="serve https / wss with this certificate (chain), with --ssl-keyfile")
+    access.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="the certificate's private key")
+    access.add_argument("--max-per-client", type=int, default=8,
+                        help="the most connections one client address may hold open at once (websockets and "
+                             "uploads; default 8)")
+    access.add_argument("--max-upload-mb", type=float, default=25.0,
+                        help="the largest HTTP request body, in MiB; larger uploads are refused with 413 before "
+                             "they are read (default 25)")
+    access.add_argument("--max-audio-s", type=float, default=Limits.max_audio_s,
+                        help="the longest audio of one stream or one uploaded file, in seconds; 0: no limit "
+                             "(default 7200)")
+    access.add_argument("--max-speed", type=float, default=Limits.max_speed,
+                        help="cut off clients sending audio faster than this many times real time (default 2)")
+    access.add_argument("--start-timeout-s", type=float, default=Limits.start_timeout_s,
+                        help="close a websocket that sends no start message within this time (default 5)")
+    access.add_argument("--shutdown-grace-s", type=float, default=10.0,
+                        help="on SIGTERM / Ctrl-C, how long open streams get to finish: each is ended as if its "
+                             "client had sent 'end' and gets its final (default 10)")
     add_stream_arguments(p)
     p.set_defaults(func=run_serve)
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    """Load the model and serve until interrupted."""
-    import uvicorn  # lazy: only the server needs it
-
-    from simulst.server.app import create_app
-    from simulst.server.service import Service
-
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The server's configuration from the parsed arguments (validated; raises ``OptionError``)."""
     if args.max_streams < 1:
         raise OptionError(f"--max-streams must be >= 1, got {args.max_streams}")
     if not 0 < args.port < 65536:
         raise OptionError(f"--port must be 1..65535, got {args.port}")
-    if args.max_speed <= 0:
-        raise OptionError(f"--max-speed must be > 0, got {args.max_speed}")
+    for flag, value in (("--max-speed", args.max_speed), ("--max-upload-mb", args.max_upload_mb),
+                        ("--start-timeout-s", args.start_timeout_s)):
+        if not value > 0:
+            raise OptionError(f"{flag} must be > 0, got {value}")
+    if args.max_per_client < 1:
+        raise OptionError(f"--max-per-client must be >= 1, got {args.max_per_client}")
+    if args.max_audio_s < 0 or args.shutdown_grace_s < 0:
+        raise OptionError("--max-audio-s and --shutdown-grace-s must be >= 0")
+    for path in (args.ssl_certfile, args.ssl_keyfile):
+        if path is not None and not Path(path).is_file():
+            raise OptionError(f"no such file: {path}")
+    if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
+        raise OptionError("--ssl-certfile and --ssl-keyfile go together")
+    limits = Limits(max_speed=args.max_speed, start_timeout_s=args.start_timeout_s,
+                    max_audio_s=args.max_audio_s or None)
+    name = args.model or "whisper-tiny.en"
+    return ServerConfig(model_name=Path(name).name if os.sep in name else name,
+                        options=stream_options_from_args(args), limits=limits, max_streams=args.max_streams,
+                        token=args.token, transcripts=Path(args.transcripts) if args.transcripts else None,
+                        batched=args.batching == "on" or (args.batching == "auto" and args.device != "cpu"),
+                        mt=args.mt, default_language=args.language, allow_origins=tuple(args.allow_origin),
+                        max_per_client=args.max_per_client, max_body_bytes=round(args.max_upload_mb * (1 << 20)),
+                        shutdown_grace_s=args.shutdown_grace_s)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Load the model and serve until interrupted (SIGTERM / SIGINT: a graceful shutdown)."""
+    import uvicorn  # lazy: only the server needs it
+
+    from simulst.server import accesslog
+    from simulst.server.app import create_app
+    from simulst.server.service import Service
+    from simulst.server.shutdown import GracefulServer
+
+    config = server_config(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.token is None and not _loopback(args.host):
         print(f"simulst: warning: serving on {args.host} without --token: anyone who reaches it can use it",
               file=sys.stderr)
-    options = stream_options_from_args(args)
     model = model_from_args(args, task="transcribe")
-    limits = Limits(max_speed=args.max_speed)
-    name = args.model or "whisper-tiny.en"
-    config = ServerConfig(model_name=Path(name).name if os.sep in name else name, options=options, limits=limits,
-                          max_streams=args.max_streams, token=args.token,
-                          transcripts=Path(args.transcripts) if args.transcripts else None,
-                          batched=args.batching == "on" or (args.batching == "auto" and args.device != "cpu"),
-                          mt=args.mt, default_language=args.language)
     app = create_app(Service(model, config))
-    print(f"simulst: serving {config.model_name} on http://{args.host}:{args.port}/ (websocket /ws, "
-          f"OpenAI /v1/audio/transcriptions); Ctrl-C stops", file=sys.stderr, flush=True)
-    ws_max = limits.frame_bytes(limits.max_rate) + 1024
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=ws_max)
+    limits = config.limits
+    uvicorn_config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,  # (ours has no tokens)
+        ws_max_size=limits.frame_bytes(limits.max_rate) + 1024, ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile)
+    accesslog.configure()
+    scheme = "https" if args.ssl_certfile else "http"
+    print(f"simulst: serving {config.model_name} on {scheme}://{args.host}:{args.port}/ (websocket /ws, "
+          f"OpenAI /v1/audio/transcriptions, /metrics); Ctrl-C stops", file=sys.stderr, flush=True)
+    GracefulServer(uvicorn_config, app.state.hub.drain, config.shutdown_grace_s).run()
     return 0
 
 

@@ -6,7 +6,8 @@ One module a job:
 * :mod:`~simulst.evaluation.runner` — stream a test set into a resumable, SimulEval-compatible output folder.
 * :mod:`~simulst.evaluation.instances` — the ``instances.log`` format (one JSON record per instance).
 * :mod:`~simulst.evaluation.latency` — the short-form latency metrics, one registered formula each.
-* :mod:`~simulst.evaluation.quality` — the registered quality metrics (BLEU, chrF, WER, WER_norm).
+* :mod:`~simulst.evaluation.quality` — the registered quality metrics (BLEU, chrF, WER, WER_norm, WER_whisper).
+* :mod:`~simulst.evaluation.bootstrap` — paired bootstrap intervals of a difference between two configurations.
 * :mod:`~simulst.evaluation.report` — the report both scorers build (:class:`~simulst.evaluation.report.
   ReportBuilder`), its table and its files.
 * :mod:`~simulst.evaluation.scoring` — short-form scoring: one instance per utterance.

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-LOWER_IS_BETTER = ("WER", "WER_norm")
+LOWER_IS_BETTER = ("WER", "WER_norm", "WER_whisper")
 DEFAULT_LATENCIES = ("AL", "LAAL", "AL_CA")
 
 

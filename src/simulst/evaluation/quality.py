@@ -10,6 +10,10 @@
   (Unicode NFKC, lower case, dashes and slashes become spaces, all other punctuation is deleted, whitespace
   collapsed). Read this one for ASR: the FLEURS transcripts in ``../shared/data`` are lower case without most
   punctuation, while Whisper writes cased, punctuated text.
+* ``WER_whisper`` — English WER after Whisper's own ``EnglishTextNormalizer`` (the ``whisper-normalizer``
+  package; Radford et al. 2022, appendix C): besides case and punctuation it spells numbers as digits, expands
+  contractions and titles ("it's" → "it is", "Mr." → "mister") and unifies British and American spelling, so
+  the figures compare with published Whisper WERs. The figure to quote for English transcription.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from functools import cache
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -86,6 +91,23 @@ def normalize_for_wer(text: str) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
+@cache
+def _english_normalizer() -> Callable[[str], str]:
+    from whisper_normalizer.english import EnglishTextNormalizer  # builds its spelling tables once
+
+    normalizer: Callable[[str], str] = EnglishTextNormalizer()
+    return normalizer
+
+
+def whisper_normalize(text: str) -> str:
+    """Whisper's ``EnglishTextNormalizer`` (the ``whisper-normalizer`` package), whitespace collapsed.
+
+    >>> whisper_normalize("It's 25-30 years, Mr. Smith.")
+    'it is 25 30 years mister smith'
+    """
+    return _SPACES.sub(" ", _english_normalizer()(text)).strip()
+
+
 def wer(
     hypotheses: Sequence[str], references: Sequence[str], normalize: Callable[[str], str] | None = None
 ) -> float:
@@ -126,6 +148,12 @@ def _wer(hypotheses: Sequence[str], references: Sequence[str], sacrebleu_tokeniz
 def _wer_norm(hypotheses: Sequence[str], references: Sequence[str], sacrebleu_tokenizer: str) -> float:
     """WER after :func:`normalize_for_wer`; see :func:`wer`."""
     return wer(hypotheses, references, normalize_for_wer)
+
+
+@register_quality_metric("WER_whisper")
+def _wer_whisper(hypotheses: Sequence[str], references: Sequence[str], sacrebleu_tokenizer: str) -> float:
+    """WER after :func:`whisper_normalize`; see :func:`wer`."""
+    return wer(hypotheses, references, whisper_normalize)
 
 
 #: The registered quality metric names (the default of every scorer).

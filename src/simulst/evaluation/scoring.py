@@ -43,6 +43,7 @@ from simulst.evaluation.quality import (
     normalize_for_wer,
     quality_scores,
     wer,
+    whisper_normalize,
 )
 from simulst.evaluation.report import (
     ReportBuilder,
@@ -202,7 +203,7 @@ def score_records(records: Sequence[InstanceRecord], options: ScoreOptions | Non
 
 
 def _add_quality(builder: ReportBuilder, records: Sequence[InstanceRecord], options: ScoreOptions) -> None:
-    """Corpus quality over the instances with a reference (and each one's ``WER_norm``)."""
+    """Corpus quality over the instances with a reference (and each one's ``WER_norm`` / ``WER_whisper``)."""
     if not options.quality_metrics:
         return
     with_ref = [r for r in records if r.reference is not None]
@@ -214,10 +215,11 @@ def _add_quality(builder: ReportBuilder, records: Sequence[InstanceRecord], opti
     hyps = [r.prediction for r in with_ref]
     refs = [r.reference or "" for r in with_ref]
     builder.add_scores(quality_scores(options.quality_metrics, hyps, refs, options.sacrebleu_tokenizer))
-    if "WER_norm" in options.quality_metrics:
-        for row, rec in zip(builder.rows, records, strict=True):
-            if rec.reference is not None:
-                row["WER_norm"] = wer([rec.prediction], [rec.reference], normalize_for_wer)
+    for name, normalize in (("WER_norm", normalize_for_wer), ("WER_whisper", whisper_normalize)):
+        if name in options.quality_metrics:
+            for row, rec in zip(builder.rows, records, strict=True):
+                if rec.reference is not None:
+                    row[name] = wer([rec.prediction], [rec.reference], normalize)
 
 
 def _add_costs(builder: ReportBuilder, records: Sequence[InstanceRecord]) -> None:

@@ -272,7 +272,7 @@ def quality_metric_for(rows: Sequence[Mapping[str, Any]], preferred: str | None 
     """The quality column to plot: ``preferred`` if given, else BLEU, else the first quality metric present."""
     if preferred:
         return preferred
-    for name in ("BLEU", "WER_norm", "chrF", "WER"):
+    for name in ("BLEU", "WER_whisper", "WER_norm", "chrF", "WER"):
         if any(isinstance(r.get(name), int | float) for r in rows):
             return name
     raise OptionError("the sweep has no quality metric to plot (no references?)")

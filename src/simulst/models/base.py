@@ -195,6 +195,24 @@ class TokenTimer(Protocol):
 
 
 @runtime_checkable
+class TracingDecoder(Protocol):
+    """A decoder whose states record where each hypothesis attended (its alignment heads' cross-attention rows),
+    so that a decoded hypothesis is timed without another decoder pass (spoken times of the emissions, long-form
+    trimming)."""
+
+    def trace(self, state: Any, row: int) -> object | None:
+        """The record of hypothesis ``row`` of a decoder ``state`` (None: the state records none); a search hands
+        it on as :attr:`~simulst.types.Hypothesis.alignment`."""
+        ...
+
+    def traced_starts(self, enc: Encoded, traced: object, tokens: int) -> list[int] | None:
+        """Start frame of each of the first ``tokens`` tokens decoded after the prompt and, when the record reaches
+        past them, one more entry: where the text ends (:meth:`TokenTimer.token_starts` on the record); None when
+        the record does not cover the ``tokens``."""
+        ...
+
+
+@runtime_checkable
 class PreviousTextPrompter(Protocol):
     """A decoder that can be conditioned on text committed before its audio window (Whisper's prompt)."""
 

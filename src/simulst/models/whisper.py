@@ -31,9 +31,9 @@ from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Ahead, Encoded
 from simulst.models.ctc_head import CtcHead
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
-from simulst.models.timing import token_start_frames
+from simulst.models.timing import RowTrace, Traced, token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
-from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet
+from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet, head_scores_of
 from simulst.types import Costs
 
 
@@ -69,12 +69,16 @@ class WhisperState:
         length: L, the number of positions decoded (prompt included).
         alignment: (B, T) cross-attention of the alignment heads (summed) of each hypothesis's last position,
             the one that predicts its next token; None when the state does not track it (``start(alignment=...)``).
+        trace: the cross-attention queries of the alignment heads' layers at the positions from the prompt's last
+            one on, per hypothesis (token timing without a pass of its own: :meth:`WhisperModel.traced_starts`);
+            None: not recorded (``WhisperModel.tracing`` off, or a state made otherwise).
     """
 
     cache: list[KV]
     cross: list[KV]
     length: int
     alignment: torch.Tensor | None = None
+    trace: RowTrace | None = None
 
 
 class WhisperModel:
@@ -96,6 +100,11 @@ class WhisperModel:
 
     Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
     ``load_model(..., ctc_head=...)``); ``encode`` then fills ``Encoded.ctc_log_probs`` for the frames of the audio.
+
+    Attribute ``tracing`` (default True): every decoder state records the cross-attention queries of the alignment
+    heads' layers at the positions it reads after the prompt (:class:`~simulst.models.timing.RowTrace`: queries the
+    pass computes anyway, kept, not copied), so that a hypothesis is timed (:meth:`traced_starts`) without another
+    decoder pass.
 
     Several streams in one decoder call: :meth:`step_many` (``states``, ``tokens``, ``costs``: one of each per
     stream) is :meth:`step` for every stream, computed by one batched, masked decoder forward; it returns per
@@ -135,6 +144,7 @@ class WhisperModel:
         self.task = options.task
         self.ctc_head: CtcHead | None = None
         self.alignment_heads = alignment_heads(config, self.dims)
+        self.tracing = True
         self._alignment_by_layer: dict[int, list[int]] = {}
         for layer, head in self.alignment_heads:
             self._alignment_by_layer.setdefault(layer, []).append(head)
@@ -209,7 +219,7 @@ class WhisperModel:
     def no_speech_many(self, encs: Sequence[Encoded], costs: Sequence[Costs]) -> list[float]:
         """:meth:`no_speech_prob` of several streams' encodings in ONE decoder call."""
         passes = self.prefill_many([enc.extra for enc in encs], [[self.sot_id]] * len(encs), costs)
-        return [self._no_speech(logits[-1]) for logits, _ in passes]
+        return [self._no_speech(logits[-1]) for logits, _, _ in passes]
 
     def _no_speech(self, logits: torch.Tensor) -> float:
         """P(``<|nospeech|>``) from the (V,) raw logits after the start token."""
@@ -217,7 +227,7 @@ class WhisperModel:
 
     def _after_start_token(self, enc: Encoded, costs: Costs) -> torch.Tensor:
         """(V,) raw logits of the token after ``<|startoftranscript|>`` (one one-token decoder pass)."""
-        logits, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
+        logits, _, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
         return logits[0, -1]
 
     # ----------------------------------------------------------------------------------- encoder
@@ -270,18 +280,24 @@ class WhisperModel:
     # ----------------------------------------------------------------------------------- decoder
     def _forward(
         self, tokens: torch.Tensor, offset: int, cache: list[KV] | None, cross: list[KV], costs: Costs,
-        alignment: list[torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, list[KV]]:
+        alignment: list[torch.Tensor] | None = None, trace_from: int | None = None,
+    ) -> tuple[torch.Tensor, list[KV], list[torch.Tensor] | None]:
+        """One decoder pass: the last position's raw logits, the extended cache and, with ``trace_from``, the
+        alignment heads' layers' cross-attention queries (per layer (B, H, L - trace_from, D/H)) of the positions
+        from ``trace_from`` on."""
         batch = tokens.shape[0]
         if batch > 1:
             cross = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in cross]
-        heads = self._alignment_by_layer if alignment is not None else None  # grouped once, in __init__
+        queries: list[torch.Tensor] | None = [] if trace_from is not None else None
+        tracked = alignment is not None or queries is not None
+        heads = self._alignment_by_layer if tracked else None  # grouped once, in __init__
         with torch.inference_mode():
             logits, new_cache = self.net.model.decoder(tokens, offset, cache, cross, last_only=True,
-                                                       alignment_heads=heads, alignment=alignment)
+                                                       alignment_heads=heads, alignment=alignment, queries=queries,
+                                                       query_from=trace_from or 0)
         costs.decoder_calls += 1
         costs.decoder_positions += tokens.numel()
-        return logits, new_cache
+        return logits, new_cache, queries
 
     def alignment(self, state: WhisperState) -> torch.Tensor:
         """(B, T) cross-attention of the alignment heads from each hypothesis's last position (AlignAtt)."""
@@ -303,6 +319,29 @@ class WhisperModel:
         # the positions that predict tokens[0], ..., tokens[-1] and <|endoftext|>, over the frames of the audio
         rows = torch.cat([s[0] for s in scores])[:, len(prompt) - 1 : len(prompt) + len(tokens)]
         return token_start_frames(rows[..., : self.audio_frames(enc)].cpu().numpy())
+
+    def trace(self, state: WhisperState, row: int) -> Traced | None:
+        """The recorded rows of hypothesis ``row`` of ``state`` (None: the state records none)."""
+        return None if state.trace is None else Traced(state.trace, row)
+
+    def traced_starts(self, enc: Encoded, traced: object, tokens: int) -> list[int] | None:
+        """Where each of the first ``tokens`` tokens a search decoded after the prompt starts in the audio, in
+        encoder frames, and (one more entry) where the text ends: :meth:`token_starts` computed on the queries the
+        search recorded (``traced``, from :meth:`trace`), scored here against the encoding's keys for the alignment
+        heads (no decoder pass). When the rows stop at the last token (it was decided but never read, so no row
+        follows it) the list has no end entry; None when there are fewer rows, or none."""
+        if not isinstance(traced, Traced) or tokens < 1:
+            return None
+        queries = traced.rows()
+        if queries[0].shape[1] < tokens:
+            return None
+        frames = self.audio_frames(enc)
+        layers = sorted(self._alignment_by_layer)
+        with torch.inference_mode():
+            scores = torch.cat([head_scores_of(q[:, : tokens + 1], enc.extra[layer][0][0, :, :frames],
+                                               self._alignment_by_layer[layer])
+                                for layer, q in zip(layers, queries, strict=True)])
+        return token_start_frames(scores.cpu().numpy())
 
     def previous_text(self, tokens: Sequence[int], limit: int) -> list[int]:
         """Whisper's previous-text prompt: ``<|startofprev|>`` + the last ``limit`` of ``tokens`` (text already
@@ -330,8 +369,10 @@ class WhisperModel:
         prompt = self.prompt(enc, costs) if prompt is None else prompt
         tokens = torch.tensor([[*prompt, *prefix]], dtype=torch.long, device=self.device)
         weights: list[torch.Tensor] | None = [] if alignment else None
-        logits, cache = self._forward(tokens, 0, None, enc.extra, costs, weights)
-        state = WhisperState(cache, enc.extra, tokens.shape[1], weights[0] if weights else None)
+        trace_from = len(prompt) - 1 if self.tracing and prompt else None
+        logits, cache, queries = self._forward(tokens, 0, None, enc.extra, costs, weights, trace_from)
+        trace = None if queries is None else RowTrace.first(queries)
+        state = WhisperState(cache, enc.extra, tokens.shape[1], weights[0] if weights else None, trace)
         return self._log_probs(logits[0, -1], first=len(prefix) == 0), state
 
     def start_many(
@@ -367,16 +408,18 @@ class WhisperModel:
             start = [len(prompt) - 1 - list(reversed(prompt)).index(self.sot_id)] if judge else []
             sequences.append(sequence)
             picks.append([*start, *range(after_prefix, len(sequence))])
-        passes = self.prefill_many([enc.extra for enc in encs], sequences, costs, picks)
+        trace_from = [len(prompt) - 1 for prompt in prompts] if self.tracing and all(prompts) else None
+        passes = self.prefill_many([enc.extra for enc in encs], sequences, costs, picks, trace_from)
         out = []
-        for (logits, cache), enc, prefix, sequence, judge in zip(passes, encs, prefixes, sequences, judges,
-                                                                 strict=True):
+        for (logits, cache, traced), enc, prefix, sequence, judge in zip(passes, encs, prefixes, sequences, judges,
+                                                                         strict=True):
             no_speech = self._no_speech(logits[0]) if judge else None
             rows = logits[1:] if judge else logits
             logp = self._log_probs(rows, first=False)
             if not prefix:  # (the first output position suppresses more)
                 logp[0] = self._log_probs(rows[0], first=True)
-            out.append(Ahead(logp, WhisperState(cache, enc.extra, len(sequence)), no_speech))
+            trace = None if traced is None else RowTrace.first(traced)
+            out.append(Ahead(logp, WhisperState(cache, enc.extra, len(sequence), trace=trace), no_speech))
         return out
 
     def rewind(self, state: WhisperState, n: int) -> WhisperState:
@@ -386,15 +429,17 @@ class WhisperModel:
         if not 0 < n < state.length or state.alignment is not None:
             raise ValueError(f"cannot rewind {n} of {state.length} positions of this state")
         keep = state.length - n
-        return WhisperState([(k[:, :, :keep], v[:, :, :keep]) for k, v in state.cache], state.cross, keep)
+        trace = None if state.trace is None else state.trace.rewound(n)
+        return WhisperState([(k[:, :, :keep], v[:, :, :keep]) for k, v in state.cache], state.cross, keep, trace=trace)
 
     def prefill_many(
         self, crosses: Sequence[list[KV]], sequences: Sequence[Sequence[int]], costs: Sequence[Costs],
-        picks: Sequence[Sequence[int]] | None = None,
-    ) -> list[tuple[torch.Tensor, list[KV]]]:
+        picks: Sequence[Sequence[int]] | None = None, trace_from: Sequence[int] | None = None,
+    ) -> list[tuple[torch.Tensor, list[KV], list[torch.Tensor] | None]]:
         """Force-decode one token sequence per stream (over that stream's cross keys/values) in ONE decoder
         forward; per stream the raw (P, V) logits at its ``picks`` positions (default: after its last token,
-        P = 1) and its self-attention cache.
+        P = 1), its self-attention cache and, with ``trace_from`` (a position per stream), the alignment heads'
+        layers' cross-attention queries (per layer (1, H, n, D/H)) of its positions from that one on (else None).
 
         The sequences are right-padded to the longest: under the causal mask a position never attends to the
         ones after it, so each stream's real positions compute what they compute alone; the cross keys/values
@@ -414,26 +459,40 @@ class WhisperModel:
         pick = torch.tensor([[*row, *[row[-1]] * (pmax - len(row))] for row in picks], dtype=torch.long,
                             device=self.device)
         stacked, mask = self._stack_cross(crosses)
+        lowest = min(trace_from) if trace_from is not None else 0
+        queries: list[torch.Tensor] | None = [] if trace_from is not None else None
+        heads = self._alignment_by_layer if queries is not None else None
         with torch.inference_mode():
-            logits, cache = self.net.model.decoder(tokens, 0, None, stacked, cross_mask=mask, pick=pick)
+            logits, cache = self.net.model.decoder(tokens, 0, None, stacked, cross_mask=mask, pick=pick,
+                                                   alignment_heads=heads, queries=queries, query_from=lowest)
         costs[0].decoder_calls += 1
         for stream_costs, length in zip(costs, lengths, strict=True):
             stream_costs.decoder_positions += length
-        return [(logits[i, : len(row)], [(k[i : i + 1, :, :length], v[i : i + 1, :, :length]) for k, v in cache])
-                for i, (length, row) in enumerate(zip(lengths, picks, strict=True))]
+        out: list[tuple[torch.Tensor, list[KV], list[torch.Tensor] | None]] = []
+        for i, (length, row) in enumerate(zip(lengths, picks, strict=True)):
+            traced = None
+            if queries is not None and trace_from is not None:  # (S, H, lmax - lowest, D/H) per layer
+                traced = [q[i : i + 1, :, trace_from[i] - lowest : length - lowest] for q in queries]
+            out.append((logits[i, : len(row)], [(k[i : i + 1, :, :length], v[i : i + 1, :, :length])
+                                                for k, v in cache], traced))
+        return out
 
     def expand(self, state: WhisperState, batch: int) -> WhisperState:
         """``batch`` copies of a one-hypothesis state (views, no copy)."""
         cache = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in state.cache]
         alignment = None if state.alignment is None else state.alignment.expand(batch, -1)
-        return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment)
+        trace = None if state.trace is None else state.trace.reordered([0] * batch)
+        return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment, trace=trace)
 
     def step(self, state: WhisperState, tokens: torch.Tensor, costs: Costs) -> tuple[torch.Tensor, WhisperState]:
         """Append ``tokens`` (B,) to the B hypotheses; (B, V) log-probs of the next token."""
         tokens = tokens.to(self.device).view(-1, 1)
         weights: list[torch.Tensor] | None = None if state.alignment is None else []
-        logits, cache = self._forward(tokens, state.length, state.cache, state.cross, costs, weights)
-        new = WhisperState(cache, state.cross, state.length + 1, weights[0] if weights else None)
+        trace_from = None if state.trace is None else 0
+        logits, cache, queries = self._forward(tokens, state.length, state.cache, state.cross, costs, weights,
+                                               trace_from)
+        trace = None if state.trace is None or queries is None else state.trace.extended(queries)
+        new = WhisperState(cache, state.cross, state.length + 1, weights[0] if weights else None, trace)
         return self._log_probs(logits[:, -1], first=False), new
 
     def step_many(
@@ -474,11 +533,13 @@ class WhisperModel:
         if cross is None or slots is None:
             cross, slots = self.stack_cross(states), list(range(len(states)))
         groups = self._query_groups(len(cross.sources), slots, starts, rows)
+        queries: list[torch.Tensor] | None = [] if any(state.trace is not None for state in states) else None
+        heads = self._alignment_by_layer if queries is not None else None
         with torch.inference_mode():
             cache, self_mask = self._left_padded(states, rows, positions)
             logits, new_cache = self.net.model.decoder(ids, positions, cache, cross.stacked, last_only=True,
                                                        self_mask=self_mask, cross_mask=cross.mask,
-                                                       cross_groups=groups)
+                                                       cross_groups=groups, alignment_heads=heads, queries=queries)
         costs[0].decoder_calls += 1
         for stream_costs, b in zip(costs, rows, strict=True):
             stream_costs.decoder_positions += b
@@ -487,7 +548,10 @@ class WhisperModel:
         for state, start, b in zip(states, starts, rows, strict=True):
             first = lmax - state.length  # the stream's first valid column
             own = [(k[start : start + b, :, first:], v[start : start + b, :, first:]) for k, v in new_cache]
-            results.append((logp[start : start + b], WhisperState(own, state.cross, state.length + 1)))
+            trace = None
+            if state.trace is not None and queries is not None:  # (sum B_i, H, 1, D/H) per layer
+                trace = state.trace.extended([q[start : start + b] for q in queries])
+            results.append((logp[start : start + b], WhisperState(own, state.cross, state.length + 1, trace=trace)))
         return results
 
     def _query_groups(self, sources: int, slots: Sequence[int], starts: Sequence[int], rows: Sequence[int]) -> Groups:
@@ -555,7 +619,8 @@ class WhisperModel:
             return self.expand(state, int(indices.numel()))
         cache = [(k.index_select(0, indices), v.index_select(0, indices)) for k, v in state.cache]
         alignment = None if state.alignment is None else state.alignment.index_select(0, indices)
-        return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment)
+        trace = None if state.trace is None else state.trace.reordered(indices.tolist())
+        return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment, trace=trace)
 
 
 def _prepared(net: WhisperNet, options: ModelOptions, device: torch.device) -> WhisperNet:

@@ -88,7 +88,7 @@ class Attention(nn.Module):
 
     def attend(
         self, x: torch.Tensor, kv: KV, causal: bool, mask: torch.Tensor | None = None,
-        groups: Groups | None = None,
+        groups: Groups | None = None, queries: list[torch.Tensor] | None = None, query_from: int = 0,
     ) -> torch.Tensor:
         """Queries from ``x`` (B, L, D) over ``kv``; causal masks the last L keys triangularly.
 
@@ -100,9 +100,13 @@ class Attention(nn.Module):
                 ``groups``); it replaces the causal mask, so a masked causal call must fold causality into it.
             groups: one-token queries (L = 1) of B rows over keys/values of G <= B rows: row b attends
                 ``kv[g]`` where its slot in the (G, W) query grid lies in row g (:class:`Groups`).
+            queries: the queries (B, H, L - query_from, D/H) of the positions from ``query_from`` on are appended to
+                it (a view: the attention computes them anyway; :func:`head_scores_of` scores them later).
         """
         q = self.split(self.q_proj(x))
         k, v = kv
+        if queries is not None:
+            queries.append(q[:, :, query_from:])
         if groups is not None:
             return self._attend_grouped(q, kv, mask, groups)
         if mask is None and causal and x.shape[1] > 1:
@@ -134,6 +138,14 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(grid, kv[0], kv[1], attn_mask=mask)  # (G, H, W, D/H)
         out = out.transpose(1, 2).reshape(g * w, h * dh).index_select(0, groups.rows)  # (B, D)
         return self.out_proj(out.view(b, 1, h * dh))
+
+
+def head_scores_of(queries: torch.Tensor, keys: torch.Tensor, heads: Sequence[int]) -> torch.Tensor:
+    """Scaled attention scores q·kᵀ/√d (h, N, S) of recorded ``queries`` (H, N, D/H) over the ``keys`` (H, S, D/H)
+    of one layer, for its ``heads`` (what :meth:`Attention.head_scores` computes of the same queries, up to float
+    rounding)."""
+    picked = list(heads)
+    return ((queries[picked] @ keys[picked].transpose(-1, -2)) * (queries.shape[-1] ** -0.5)).float()
 
 
 class EncoderLayer(nn.Module):
@@ -170,18 +182,21 @@ class DecoderLayer(nn.Module):
         self, x: torch.Tensor, past: KV | None, cross: KV, self_mask: torch.Tensor | None = None,
         cross_mask: torch.Tensor | None = None, cross_groups: Groups | None = None,
         align_heads: Sequence[int] = (), alignment: list[torch.Tensor] | None = None,
-        scores: list[torch.Tensor] | None = None,
+        scores: list[torch.Tensor] | None = None, queries: list[torch.Tensor] | None = None, query_from: int = 0,
     ) -> tuple[torch.Tensor, KV]:
         """One layer over ``x`` (B, L, D); masks and groups as in :meth:`Decoder.forward`. With ``align_heads``,
-        the last position's cross-attention weights of those heads, summed, are appended to ``alignment``, and
-        every position's raw cross-attention scores of those heads, (B, h, L, S), to ``scores``."""
+        the last position's cross-attention weights of those heads, summed, are appended to ``alignment``,
+        every position's raw cross-attention scores of those heads, (B, h, L, S), to ``scores``, and the
+        cross-attention queries (B, H, L - query_from, D/H) of the positions from ``query_from`` on to ``queries``."""
         h = self.self_attn_layer_norm(x)
         k, v = self.self_attn.project_kv(h)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         x = x + self.self_attn.attend(h, (k, v), causal=True, mask=self_mask)
         h = self.encoder_attn_layer_norm(x)
-        x = x + self.encoder_attn.attend(h, cross, causal=False, mask=cross_mask, groups=cross_groups)
+        recorded = queries if align_heads else None
+        x = x + self.encoder_attn.attend(h, cross, causal=False, mask=cross_mask, groups=cross_groups,
+                                         queries=recorded, query_from=query_from)
         if align_heads and alignment is not None:
             alignment.append(self.encoder_attn.last_row_weights(h, cross, align_heads))
         if align_heads and scores is not None:
@@ -238,7 +253,7 @@ class Decoder(nn.Module):
         last_only: bool = False, self_mask: torch.Tensor | None = None, cross_mask: torch.Tensor | None = None,
         cross_groups: Groups | None = None, alignment_heads: Mapping[int, Sequence[int]] | None = None,
         alignment: list[torch.Tensor] | None = None, scores: list[torch.Tensor] | None = None,
-        pick: torch.Tensor | None = None,
+        pick: torch.Tensor | None = None, queries: list[torch.Tensor] | None = None, query_from: int = 0,
     ) -> tuple[torch.Tensor, list[KV]]:
         """Logits (B, L, V) of ``tokens`` (B, L) at positions offset.. and the extended self-attention cache.
 
@@ -258,7 +273,9 @@ class Decoder(nn.Module):
                 checkpoint's alignment heads); with ``alignment``, the last position's weights of those heads,
                 summed over heads and layers, (B, S), are appended to that list (AlignAtt, Papi et al. 2023);
                 with ``scores``, every position's raw scores of those heads, (B, h, L, S) per layer that has
-                some (token timing by DTW, :mod:`simulst.models.timing`).
+                some (token timing by DTW, :mod:`simulst.models.timing`); with ``queries``, the cross-attention
+                queries (B, H, L - query_from, D/H) of the positions from ``query_from`` on, per layer that has
+                some (to be scored later: :func:`head_scores_of`).
             pick: (B,) per row, the one position whose logits are projected, (B, 1, V), or (B, P) per row P
                 positions, (B, P, V) (rows of different lengths right-padded to one: each row's own positions;
                 instead of ``last_only``).
@@ -274,7 +291,7 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             heads = alignment_heads.get(i, ()) if alignment_heads is not None else ()
             x, kv = layer(x, None if past is None else past[i], cross[i], self_mask, cross_mask, cross_groups,
-                          heads, weights, scores)
+                          heads, None if alignment is None else weights, scores, queries, query_from)
             new_cache.append(kv)
         if alignment is not None and weights:
             alignment.append(torch.stack(weights).sum(dim=0))

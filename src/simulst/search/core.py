@@ -31,15 +31,16 @@ The rules (what differs between the papers' algorithms):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
-from simulst.models.base import DecoderModel
+from simulst.models.base import DecoderModel, TracingDecoder
 from simulst.search.stopping import StopCheck
 from simulst.types import Costs, Hypothesis
 
@@ -56,11 +57,15 @@ class Beam:
         scores: cumulative score after each searched token (``<eos>`` included when ``finished``); the forced
             prefix is not scored.
         finished: the beam ended with ``<eos>``.
+        trace: the decoder's record of the beam's cross-attention rows (:class:`~simulst.models.base.TracingDecoder`;
+            None: none), up to the row that predicts the beam's last token - or the token after it, once that was
+            read; rows of a longer beam serve any prefix of it.
     """
 
     tokens: tuple[int, ...]
     scores: tuple[float, ...] = ()
     finished: bool = False
+    trace: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def score(self) -> float:
@@ -75,8 +80,8 @@ class Beam:
     def extend(self, token: int, score: float, eos_id: int) -> Beam:
         """This beam followed by ``token`` (``<eos>`` finishes it), with cumulative ``score``."""
         if token == eos_id:
-            return Beam(self.tokens, (*self.scores, score), True)
-        return Beam((*self.tokens, token), (*self.scores, score), False)
+            return Beam(self.tokens, (*self.scores, score), True, self.trace)
+        return Beam((*self.tokens, token), (*self.scores, score), False, self.trace)
 
     def normalized(self, length_penalty: float) -> float:
         """Length-normalised score: score / (searched tokens, ``<eos>`` included)^length_penalty."""
@@ -89,11 +94,11 @@ class Beam:
         if keep == len(self.tokens) and not self.finished:
             return self
         searched = max(0, keep - self.n_forced)
-        return Beam(self.tokens[:keep], self.scores[:searched], False)
+        return Beam(self.tokens[:keep], self.scores[:searched], False, self.trace)
 
     def hypothesis(self) -> Hypothesis:
-        """As a :class:`Hypothesis` (its score: the searched tokens' scores)."""
-        return Hypothesis(self.tokens, self.score, self.finished)
+        """As a :class:`Hypothesis` (its score: the searched tokens' scores; its trace as its ``alignment``)."""
+        return Hypothesis(self.tokens, self.score, self.finished, self.trace)
 
 
 def rank(beams: Sequence[Beam], length_penalty: float) -> list[Beam]:
@@ -292,6 +297,21 @@ def seen_key(beam: Beam) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------------------------- the loop
+Tracer = Callable[[object, int], object]
+
+
+def tracer(model: DecoderModel) -> Tracer | None:
+    """How to read a beam's trace from a decoder state of ``model`` (None: the model records none)."""
+    return model.trace if isinstance(model, TracingDecoder) else None
+
+
+def traced(beams: Sequence[Beam], state: object, trace: Tracer | None) -> list[Beam]:
+    """``beams`` (the hypotheses of ``state``, in order) with their traces read from ``state``."""
+    if trace is None:
+        return list(beams)
+    return [dataclasses.replace(b, trace=trace(state, i)) for i, b in enumerate(beams)]
+
+
 def advance(
     model: DecoderModel, state: object, parents: int, beams: Sequence[Beam], sources: Sequence[int], costs: Costs
 ) -> tuple[torch.Tensor, object]:
@@ -317,9 +337,11 @@ def expand(
 ) -> list[Beam]:
     """Run the search loop from ``beams`` (``logp``: their (B, V) next-token log-probs, ``state``: their decoder
     state) for at most ``budget`` >= 1 tokens; returns ``rule.result``. One decoder call per step, none after the
-    last (a token that would never be read is not fed)."""
+    last (a token that would never be read is not fed). Each beam carries its trace (:attr:`Beam.trace`) of the
+    state it was last read in."""
     scores = scores or DecoderScores()
-    beams = list(beams)
+    trace = tracer(model)
+    beams = traced(beams, state, trace)
     for step in range(budget):
         if rule.stop_before(beams, logp, state):
             break
@@ -341,4 +363,5 @@ def expand(
             break
         scores.keep(chosen)
         logp, state = advance(model, state, parents, beams, [c.source for c in chosen], costs)
+        beams = traced(beams, state, trace)
     return rule.result(beams)

@@ -57,19 +57,26 @@ def pcm16(audio: np.ndarray) -> bytes:
 
 async def stream_audio(
     url: str, audio: np.ndarray, sample_rate: int = 16000, start: dict[str, Any] | None = None,
-    frame_ms: float = 100.0, realtime: bool = True,
+    frame_ms: float = 100.0, realtime: bool = True, token: str | None = None,
+    connect_options: dict[str, Any] | None = None,
 ) -> ClientResult:
     """Stream ``audio`` (mono float) to the server at ``url`` and collect its messages.
 
     Args:
-        url: ``ws://HOST:PORT/ws`` (with ``?token=...`` if the server wants one).
+        url: ``ws://HOST:PORT/ws`` (``wss://`` for a server with TLS).
         audio: the audio, at ``sample_rate``.
         start: more fields of the start message (task, language, to, policy, chunk_ms, vad, speech).
         frame_ms: audio per binary frame.
         realtime: send each frame when it would have been spoken (a live speaker); False: as fast as possible.
+        token: the server's token, sent as an ``Authorization: Bearer`` header (never in the URL).
+        connect_options: more keyword arguments of ``websockets.asyncio.client.connect`` (``ssl``, ``origin``,
+            ``local_addr``, ...).
     """
     result = ClientResult()
-    async with connect(url, max_size=None) as ws:
+    options: dict[str, Any] = {"max_size": None, **(connect_options or {})}
+    if token is not None:
+        options["additional_headers"] = {**options.get("additional_headers", {}), "Authorization": f"Bearer {token}"}
+    async with connect(url, **options) as ws:
         await ws.send(json.dumps({"type": "start", "sample_rate": sample_rate, **(start or {})}))
         first = json.loads(await ws.recv())
         if first.get("type") != "ready":

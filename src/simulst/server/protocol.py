@@ -4,20 +4,25 @@ Client → server::
 
     {"type": "start", "sample_rate": 16000, "task": "transcribe" | "translate", "language": "en",
      "to": "es" | null, "policy": "la-2", "chunk_ms": 1000, "vad": false, "speech": false}   (all but type optional)
-    binary frames: 16-bit little-endian mono PCM at ``sample_rate``
+    binary frames: 16-bit little-endian mono PCM at ``sample_rate`` (``"format": "pcm16"``, the default), or the
+        successive bytes of a WebM or Ogg container (``"format": "webm"`` / ``"ogg"``: a MediaRecorder's output,
+        Opus or any codec FFmpeg decodes; ``sample_rate`` is then the container's)
     {"type": "end"}
 
 Server → client::
 
     {"type": "ready", "stream": ID, "sample_rate": 16000, "channels": ["source"] | ["target"] | ["source", "target"]}
-    {"type": "emission", "channel": "source" | "target", "text", "source_ms", "elapsed_ms", "final"}
+    {"type": "emission", "channel": "source" | "target", "text", "source_ms", "elapsed_ms", "start_ms", "end_ms",
+     "final"}
     {"type": "speech", "sample_rate", "samples", "text"} followed by one binary frame (16-bit PCM) of that speech
     {"type": "final", "text", "source_text", "source_ms", "elapsed_ms", "compute_s"}      then a normal close
     {"type": "error", "message"}                                                          then a close
 
 ``source`` is the transcript of the speech, ``target`` the translation (Whisper's X → English, or the cascade's
 ``to`` language). ``source_ms``: source audio read when the text was committed; ``elapsed_ms``: wall-clock time
-since the stream's first audio reached the server when the text was sent.
+since the stream's first audio reached the server when the text was sent; ``start_ms``, ``end_ms``: where the
+text was spoken in the stream's audio (ms from its first sample; a translation: the source speech it was made
+from; null: untimed).
 """
 
 from __future__ import annotations
@@ -34,6 +39,20 @@ from simulst.errors import OptionError, SimulstError
 class ProtocolError(SimulstError):
     """A client broke the protocol (malformed message, audio before ``start``, a bad frame, a flood...)."""
 
+    reason = "protocol"  # the refusal's name in the server's metrics
+
+
+class FloodError(ProtocolError):
+    """A client sent audio faster than real time allows."""
+
+    reason = "flood"
+
+
+class TooLongError(ProtocolError):
+    """A stream's or an upload's audio passed the server's duration limit."""
+
+    reason = "oversize"
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -48,6 +67,7 @@ class Limits:
         burst_s: audio a client may send ahead of real time (a buffered start, a network hiccup).
         max_text_bytes: the longest JSON message.
         start_timeout_s: how long a connection may wait before its ``start`` message.
+        max_audio_s: the longest audio one stream or one uploaded file may have (None: no limit).
     """
 
     min_rate: int = 8000
@@ -58,7 +78,8 @@ class Limits:
     max_speed: float = 2.0
     burst_s: float = 10.0
     max_text_bytes: int = 4096
-    start_timeout_s: float = 30.0
+    start_timeout_s: float = 5.0
+    max_audio_s: float | None = 7200.0
 
     def frame_bytes(self, sample_rate: int) -> int:
         """The largest binary frame accepted at this rate (16-bit samples)."""
@@ -77,9 +98,12 @@ class StartRequest:
     chunk_ms: float | None = None
     vad: bool | None = None
     speech: bool = False
+    format: str = "pcm16"
 
 
-_START_FIELDS = {"type", "sample_rate", "task", "language", "to", "policy", "chunk_ms", "vad", "speech", "token"}
+_START_FIELDS = {"type", "sample_rate", "task", "language", "to", "policy", "chunk_ms", "vad", "speech", "token",
+                 "format"}
+FORMATS = ("pcm16", "webm", "ogg")  # the audio a client sends: raw 16-bit PCM, or a container stream
 
 
 def parse_message(text: str, limits: Limits) -> dict[str, Any]:
@@ -125,7 +149,10 @@ def parse_start(message: dict[str, Any], limits: Limits) -> StartRequest:
         raise ProtocolError(f"vad must be true or false, got {vad!r}")
     if not isinstance(speech, bool):
         raise ProtocolError(f"speech must be true or false, got {speech!r}")
-    return StartRequest(rate, task, language, to, policy, chunk, vad, speech)
+    audio_format = message.get("format", "pcm16")
+    if audio_format not in FORMATS:
+        raise ProtocolError(f"format must be one of {', '.join(FORMATS)}, got {audio_format!r}")
+    return StartRequest(rate, task, language, to, policy, chunk, vad, speech, audio_format)
 
 
 def _optional_text(message: dict[str, Any], key: str) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
@@ -27,7 +28,8 @@ from typing import Any, TextIO
 import numpy as np
 import soxr
 
-from simulst.server.protocol import Limits, ProtocolError, StartRequest
+from simulst.audio.container import StreamDecoder
+from simulst.server.protocol import FloodError, Limits, ProtocolError, StartRequest, TooLongError
 from simulst.server.service import OpenedStream
 from simulst.streaming.batching import Runner
 from simulst.types import Emission
@@ -62,6 +64,10 @@ class Slot:
         self.limits = limits
         self.live = live
         self.model_rate = model_rate
+        # a container stream (format webm / ogg) is decoded to the model's rate as its bytes arrive
+        self._decoder = None if start.format == "pcm16" else StreamDecoder(start.format, model_rate)
+        if self._decoder is not None:
+            start = self.start = dataclasses.replace(start, sample_rate=model_rate)
         self._resampler = (None if start.sample_rate == model_rate
                            else soxr.ResampleStream(start.sample_rate, model_rate, 1, dtype="float32"))
         self._lock = threading.Lock()  # pending audio: added by the event loop, taken by the stream's job
@@ -82,10 +88,14 @@ class Slot:
 
     # ------------------------------------------------------------------------------------ input
     def feed(self, frame: bytes) -> None:
-        """A binary frame of 16-bit little-endian PCM from the client."""
+        """A binary frame from the client: 16-bit little-endian PCM, or the next bytes of its container stream.
+
+        Raises:
+            AudioError: the container stream cannot be decoded.
+        """
         if self.ended:
             raise ProtocolError("audio after the end message")
-        if len(frame) % 2:
+        if len(frame) % 2 and self._decoder is None:
             raise ProtocolError(f"a binary frame must hold whole 16-bit samples; got {len(frame)} bytes (odd)")
         if len(frame) > self.limits.frame_bytes(self.start.sample_rate):
             raise ProtocolError(f"a binary frame may carry at most {self.limits.max_frame_ms:g} ms of audio "
@@ -94,16 +104,32 @@ class Slot:
         now = time.monotonic()
         if self.began is None:
             self.began = now
-        self.received_s += len(frame) / 2 / self.start.sample_rate
+        audio = self._decode(frame)
+        self.received_s += audio.shape[0] / self.start.sample_rate
         allowed = self.limits.burst_s + self.limits.max_speed * (now - self.began)
         if self.live and self.received_s > allowed:
-            raise ProtocolError(f"audio arrives faster than {self.limits.max_speed:g}x real time "
+            raise FloodError(f"audio arrives faster than {self.limits.max_speed:g}x real time "
                                 f"({self.received_s:.1f} s of audio in {now - self.began:.1f} s): send it at the "
                                 "pace it is spoken, or POST whole files to /v1/audio/transcriptions")
-        self.add(np.frombuffer(frame, dtype="<i2").astype(np.float32) / 32768.0)
+        self.add(audio)
+
+    def _decode(self, frame: bytes) -> np.ndarray:
+        """A frame's audio as float samples (at the model's rate for a container stream)."""
+        if self._decoder is not None:
+            return self._decoder.feed(frame)
+        return np.frombuffer(frame, dtype="<i2").astype(np.float32) / 32768.0
 
     def add(self, audio: np.ndarray) -> None:
-        """Float audio at the client's rate (resampled here)."""
+        """Float audio at the client's rate (resampled here).
+
+        Raises:
+            TooLongError: the stream's audio would pass ``limits.max_audio_s``.
+        """
+        longest = self.limits.max_audio_s
+        if longest is not None and (self.read + self.pending_samples) / self.model_rate + audio.shape[0] / (
+                self.start.sample_rate) > longest:
+            raise TooLongError(f"the audio is longer than this server's limit of {longest:g} s per stream or file "
+                               "(its operator sets it with --max-audio-s)")
         if self._resampler is not None:
             audio = self._resampler.resample_chunk(audio, last=False)
         if audio.shape[0]:
@@ -112,7 +138,13 @@ class Slot:
                 self.pending_samples += audio.shape[0]
 
     def end(self) -> None:
-        """The client's source has ended."""
+        """The client's source has ended.
+
+        Raises:
+            AudioError: the end of a container stream cannot be decoded.
+        """
+        if self._decoder is not None and not self.ended:
+            self.add(self._decoder.finish())
         if self._resampler is not None and not self.ended:
             tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
             if tail.shape[0]:
@@ -212,6 +244,8 @@ class Slot:
 
     def close(self) -> None:
         """No more output (the sender closes the connection after the queued messages)."""
+        if self._decoder is not None:
+            self._decoder.close()
         if not self.done:
             self.done = True
             self.outbox.put_nowait(None)
@@ -227,7 +261,9 @@ class Slot:
 
 def _emission(channel: str, emission: Emission) -> Message:
     return {"type": "emission", "channel": channel, "text": emission.text,
-            "source_ms": round(emission.source_ms, 1), "final": emission.final}
+            "source_ms": round(emission.source_ms, 1), "final": emission.final,
+            "start_ms": None if emission.start_ms is None else round(emission.start_ms, 1),
+            "end_ms": None if emission.end_ms is None else round(emission.end_ms, 1)}
 
 
 class Scheduler:
@@ -262,6 +298,19 @@ class Scheduler:
     def release(self) -> None:
         """Give back a reserved place."""
         self.reserved = max(0, self.reserved - 1)
+
+    def open_streams(self, live: bool) -> int:
+        """The slots being decoded: live streams (True) or files (False)."""
+        return sum(1 for slot in self.slots.values() if slot.live == live)
+
+    def busy_streams(self) -> int:
+        """The slots with a job queued or running."""
+        return sum(1 for slot in self.slots.values() if slot.busy)
+
+    def lag_s(self) -> float:
+        """The most audio a live slot has received and not yet had decoded, in seconds."""
+        return max((slot.pending_samples / slot.model_rate for slot in self.slots.values() if slot.live),
+                   default=0.0)
 
     def add(self, slot: Slot) -> None:
         """Start decoding a slot (its place reserved)."""
@@ -315,7 +364,8 @@ class Scheduler:
             result = future.result()
         else:
             result = error if isinstance(error, Exception) else RuntimeError(f"{type(error).__name__}: {error}")
-        loop.call_soon_threadsafe(self._finish, slot, result)
+        with contextlib.suppress(RuntimeError):  # the event loop has closed (a job that outlived the server)
+            loop.call_soon_threadsafe(self._finish, slot, result)
 
     def _finish(self, slot: Slot, result: list[Message | Audio] | Exception) -> None:
         slot.busy = False

@@ -42,6 +42,10 @@ class ServerConfig:
         batched: decode concurrent streams in batched model calls (False: one stream at a time).
         mt: the cascade's MT back-end (``apertium``, or a Hugging Face directory) for ``to`` requests.
         default_language: the source language of a stream that names none (None: the model's own).
+        allow_origins: browser origins allowed beside the server's own and loopback ones (``*``: any).
+        max_per_client: the most connections (websockets, uploads) one client address may hold open at once.
+        max_body_bytes: the largest HTTP request body (an upload).
+        shutdown_grace_s: at shutdown, how long open streams get to finish their final decode.
     """
 
     model_name: str = "whisper-tiny.en"
@@ -53,6 +57,10 @@ class ServerConfig:
     batched: bool = True
     mt: str = "apertium"
     default_language: str | None = None
+    allow_origins: tuple[str, ...] = ()
+    max_per_client: int = 8
+    max_body_bytes: int = 25 << 20
+    shutdown_grace_s: float = 10.0
 
 
 @dataclass

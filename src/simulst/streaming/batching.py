@@ -13,10 +13,12 @@ wakes the jobs with their results. This is continuous batching (Orca, Yu et al.,
 of model calls: streams join and leave between calls, and each stream's output is what it gets alone, up to
 float rounding of the batched kernels (tests check the texts equal).
 
-The rest of a stream's model calls (AlignAtt's passes that track the cross-attention, language detection, token
-timing) run unbatched in the stream's turn. :class:`SerialRunner` is the same interface without batching: one
-job at a time, in the order submitted (one stream at a time through the model, as the peers serve streams
-behind a lock).
+The rest of a stream's model calls (AlignAtt's passes that track the cross-attention, language detection, a forced
+timing pass where the search's recorded rows do not reach a hypothesis's end) run unbatched in the stream's turn.
+The batched passes record the alignment heads' rows of each stream's hypotheses as the single-stream ones do
+(:attr:`~simulst.models.whisper.WhisperState.trace`), so batched streams get the same spoken times.
+:class:`SerialRunner` is the same interface without batching: one job at a time, in the order submitted (one stream
+at a time through the model, as the peers serve streams behind a lock).
 """
 
 from __future__ import annotations

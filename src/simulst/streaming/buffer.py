@@ -78,9 +78,10 @@ class AudioBuffer:
 
         The cut comes behind the last committed token that ends a sentence or, when the next chunk would not fit,
         behind the last committed token (the committed output ends at a whole word); ``token_starts`` (called only
-        then: a forced decoder pass) gives where each token of the ``best`` hypothesis after :attr:`base` starts,
-        plus its text's end. A trim before the buffer is full keeps at least ``MIN_TAIL_S`` after the cut (a short
-        tail, often the pause after the sentence, invites hallucinations) unless ``eager`` (after a loop cut).
+        then: the search's recorded timing, or a forced decoder pass) gives where each token of the ``best``
+        hypothesis after :attr:`base` starts, plus its text's end. A trim before the buffer is full keeps at least
+        ``MIN_TAIL_S`` after the cut (a short tail, often the pause after the sentence, invites hallucinations)
+        unless ``eager`` (after a loop cut).
         """
         in_buffer = committed[self.base :]
         if not in_buffer or tuple(best[self.base : len(committed)]) != tuple(in_buffer):

@@ -4,7 +4,7 @@ Each stage keeps its own state; what one stage commits feeds the next as soon as
 :class:`~simulst.streaming.engine.Stream` (``push(audio) -> list[Emission]``, ``finish()``, ``text``, ``costs``,
 ``emissions``, ``chunk_samples``) and :class:`CascadeEngine` an engine, so whatever runs streams (the CLI, the
 evaluation runner) runs a cascade unchanged; its emissions are the *translated* increments, timed on the audio
-timeline::
+timeline, their spoken span that of the source speech they were made from (:mod:`~simulst.streaming.mt_stage`)::
 
     engine = CascadeEngine(load_model(), ApertiumMT("eng-spa"), MTOptions(policy=PolicyOptions.parse("la-2")))
     cascade = engine.open(StreamOptions(chunk_ms=1000))
@@ -112,7 +112,8 @@ class CascadeSession:
         """Read more audio; every ASR emission goes through the MT stage at once. Returns translated emissions."""
         out: list[Emission] = []
         for source in self.asr.push(audio):
-            out += self._speak(self.mt.push(source.text, source.source_ms, source.elapsed_ms))
+            out += self._speak(self.mt.push(source.text, source.source_ms, source.elapsed_ms,
+                                            (source.start_ms, source.end_ms)))
         return out
 
     def finish(self) -> list[Emission]:
@@ -123,7 +124,10 @@ class CascadeSession:
         increment = "".join(e.text for e in final)
         source_ms = self.asr.read * 1000.0 / self.asr.model.sample_rate
         elapsed_ms = source_ms + self.asr.costs.compute_s * 1000.0
-        return self._speak(self.mt.finish(increment, source_ms, elapsed_ms))
+        starts = [e.start_ms for e in final if e.start_ms is not None]
+        ends = [e.end_ms for e in final if e.end_ms is not None]
+        spoken = (min(starts), max(ends)) if starts and ends else None
+        return self._speak(self.mt.finish(increment, source_ms, elapsed_ms, spoken))
 
     def _speak(self, emissions: list[Emission]) -> list[Emission]:
         if self.speech is not None:

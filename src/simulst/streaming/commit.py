@@ -5,17 +5,27 @@
    whole word of the best one (:func:`whole_words`); when the source has ended, the whole best hypothesis.
 2. :meth:`Output.commit` - what extends the committed output is emitted and never changed (2022 paper §3.3:
    nothing shown is retracted); the emitted text is the decoded committed tokens' growth.
+
+**Spoken times.** Given where each new token was spoken (its start and end), a commit times its emission and
+words (:class:`~simulst.types.Word`): a word runs from the start of the token that carries its first character to
+the end of the token that carries its last (a character split across tokens belongs to the token that completes
+it); the emission, from its first word's start to its last word's end. A token never starts before one committed
+earlier (its start is raised to theirs), ends no earlier than it starts, and both lie within the audio read (the
+emission's ``source_ms``); so the starts of a stream's emissions never decrease. A word split across emissions
+(no whitespace between an emission's first piece and the text before it) is a piece in each, the later one
+marked :attr:`~simulst.types.Word.joins_previous`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from simulst.models.base import Tokenizer
 from simulst.policies import Policy, PolicyContext, PolicyState
-from simulst.types import Costs, Emission, Hypothesis
+from simulst.types import Costs, Emission, Hypothesis, Word
 
 TAIL_TOKENS = 16  # how far back a commit decodes (to the start of the last word, at most this many tokens)
 SENTENCE_ENDS = (".", "?", "!", "。", "？", "！")
@@ -29,16 +39,20 @@ class Output:
         committed: tokens emitted so far (never retracted).
         text: text emitted so far (the concatenation of the emission texts).
         emissions: every emission.
+        spoken_ms: the latest start of a committed token (no later token starts before it).
     """
 
     committed: list[int] = field(default_factory=list)
     text: str = ""
     emissions: list[Emission] = field(default_factory=list)
+    spoken_ms: float = 0.0
 
     def commit(
-        self, target: Sequence[int], tokenizer: Tokenizer, source_ms: float, elapsed_ms: float, final: bool
+        self, target: Sequence[int], tokenizer: Tokenizer, source_ms: float, elapsed_ms: float, final: bool,
+        times: Sequence[tuple[float, float]] | None = None,
     ) -> Emission | None:
-        """Commit what ``target`` adds to the committed tokens (None when it adds nothing).
+        """Commit what ``target`` adds to the committed tokens (None when it adds nothing); ``times``: where each
+        added token was spoken, (start, end) in ms (None: untimed; see the module docstring).
 
         Raises:
             AssertionError: ``target`` does not continue the committed tokens (a searcher or backend bug).
@@ -64,11 +78,78 @@ class Output:
             after = tokenizer.decode(self.committed[anchor:])
         else:
             before, after = self.text, tokenizer.decode(self.committed).lstrip()
-        increment = after[len(before) :] if after.startswith(before) else tokenizer.decode(new_tokens)
+        grown = after.startswith(before)
+        increment = after[len(before) :] if grown else tokenizer.decode(new_tokens)
+        joins = bool(self.text) and not self.text[-1].isspace()
         self.text += increment
-        emission = Emission(increment, tuple(new_tokens), source_ms, elapsed_ms, final)
+        words: tuple[Word, ...]
+        if times is not None and len(times) == len(new_tokens):
+            spans = self._clamped(times, source_ms)
+            if grown:
+                context = self.committed[max(anchor, 0) : n_old]
+                ends = text_ends(new_tokens, lambda tokens: _decoded(tokenizer, context + tokens, anchor), before,
+                                 increment)
+            else:
+                ends = text_ends(new_tokens, tokenizer.decode, "", increment)
+            words = timed_words(increment, ends, spans, joins)
+        else:
+            words = tuple(Word(piece, None, None, joins and i == 0 and not increment[0].isspace())
+                          for i, piece in enumerate(increment.split()))
+        start = words[0].start_ms if words else None
+        end = words[-1].end_ms if words else None
+        emission = Emission(increment, tuple(new_tokens), source_ms, elapsed_ms, final, start, end, words)
         self.emissions.append(emission)
         return emission
+
+    def _clamped(self, times: Sequence[tuple[float, float]], source_ms: float) -> list[tuple[float, float]]:
+        """The tokens' spoken (start, end): starts never before an earlier token's, ends never before the start,
+        both within the audio read."""
+        spans = []
+        for start, end in times:
+            start = min(max(start, self.spoken_ms, 0.0), source_ms)
+            spans.append((start, min(max(end, start), source_ms)))
+            self.spoken_ms = start
+        return spans
+
+
+def _decoded(tokenizer: Tokenizer, tokens: list[int], anchor: int) -> str:
+    """The text of ``tokens`` as :meth:`Output.commit` decodes it (from the stream's start: left-stripped)."""
+    text = tokenizer.decode(tokens)
+    return text if anchor > 0 else text.lstrip()
+
+
+def text_ends(new_tokens: Sequence[int], decode: Callable[[list[int]], str], before: str, increment: str) -> list[int]:
+    """For each of ``new_tokens``, how many characters of ``increment`` are complete once it is decoded: the
+    text of ``before``'s tokens plus the new tokens up to it (``decode``) agrees with ``before + increment`` that
+    far (a byte-level token that ends inside a character completes nothing). Non-decreasing; the last is
+    ``len(increment)``."""
+    whole = before + increment
+    ends: list[int] = []
+    for i in range(1, len(new_tokens) + 1):
+        text = decode(list(new_tokens[:i]))
+        agree = 0
+        limit = min(len(text), len(whole))
+        while agree < limit and text[agree] == whole[agree]:
+            agree += 1
+        ends.append(min(len(increment), max(ends[-1] if ends else 0, agree - len(before))))
+    if ends:
+        ends[-1] = len(increment)
+    return ends
+
+
+def timed_words(increment: str, ends: Sequence[int], spans: Sequence[tuple[float, float]],
+                joins: bool) -> tuple[Word, ...]:
+    """The whitespace-separated pieces of ``increment``, each from the start of the token that completes its first
+    character to the end of the token that completes its last (``ends``: per token, the characters complete once
+    it is decoded; ``spans``: per token, its spoken (start, end)); the first piece ``joins`` the text before when
+    it follows it without whitespace."""
+    words = []
+    for match in re.finditer(r"\S+", increment):
+        first = next(k for k, end in enumerate(ends) if end > match.start())
+        last = next(k for k, end in enumerate(ends) if end >= match.end())
+        words.append(Word(match.group(), spans[first][0], max(spans[last][1], spans[first][0]),
+                          joins and match.start() == 0))
+    return tuple(words)
 
 
 class StreamData(Protocol):

@@ -1,8 +1,20 @@
-"""One decode of a stream's buffer: why it happens, and the search that produces its hypotheses.
+"""One decode of a stream's buffer: why it happens, the search that produces its hypotheses, and where their
+tokens were spoken.
 
 Every decode encodes the audio read (level-normalised), force-decodes the committed tokens of the buffer in one
 parallel pass and lets the searcher continue them (2022 paper §3). Its :class:`DecodeReason` says what may be
 committed from it and which guards apply.
+
+**Token timing.** Where each token of the best hypothesis starts in the buffer comes from DTW over the alignment
+heads' cross-attention rows that the search recorded as it decoded (:class:`~simulst.models.base.TracingDecoder`,
+:mod:`simulst.models.timing`): no decoder pass of its own. The rows of a hypothesis run from the one that predicts
+its first token after the buffer's committed prefix to the one after its last token (that token was read: the
+search went on, or ended with ``<|endoftext|>``), so the text's end is timed too; a hypothesis whose last token was
+never read (the token budget ran out) lacks that row, and its text is taken to end where the audio ends. The cuts
+of long-form trimming (:meth:`ChunkDecoder.token_starts`) read that timing, falling back to a forced pass
+(``TokenTimer.token_starts``) where the rows do not reach the text's end. The spoken times of a commit
+(:meth:`ChunkDecoder.spoken_times`) read it too, with the word boundaries next to a pause in the decoded audio moved
+to the pause (:func:`~simulst.models.timing.snapped_spans`: DTW leaves a pause to a neighbouring word).
 """
 
 from __future__ import annotations
@@ -11,14 +23,15 @@ import dataclasses
 import enum
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from simulst.audio.io import is_silent
 from simulst.audio.level import normalize_level
 from simulst.config import StreamOptions
-from simulst.models.base import Encoded, SpeechModel, TokenTimer
+from simulst.models.base import Encoded, SpeechModel, TokenTimer, TracingDecoder
+from simulst.models.timing import SNAP_MS, pauses, snapped_spans
 from simulst.search import Query, Searcher, SearchState
 from simulst.streaming.buffer import AudioBuffer
 from simulst.streaming.commit import Output
@@ -60,16 +73,24 @@ class DecodeReason(enum.Enum):
 @dataclass
 class Decoded:
     """One decode of the buffer: the source samples read then (since the stream began), the hypotheses (over
-    the whole committed output; none: nothing to commit), the encoding and the decoder prompt it used."""
+    the whole committed output; none: nothing to commit), the encoding and the decoder prompt it used, the source
+    samples before the buffer (``offset``) and the committed tokens before it (``base``: the hypotheses' tokens
+    after them were decoded on the buffer)."""
 
     read: int
     hyps: list[Hypothesis]
     enc: Encoded | None = None
     prompt: tuple[int, ...] = ()
+    offset: int = 0
+    base: int = 0
+    bounds: tuple[list[int], bool] | None = field(default=None, init=False, repr=False, compare=False)
+    """(memo of :meth:`ChunkDecoder.token_bounds`)"""
+    spans: list[tuple[int, int]] | None = field(default=None, init=False, repr=False, compare=False)
+    """(memo of :meth:`ChunkDecoder.spoken_times`: each token's spoken span in the buffer, samples)"""
 
     def held(self) -> Decoded:
         """The same decode with its hypotheses held back (nothing committed from it)."""
-        return Decoded(self.read, [], self.enc, self.prompt)
+        return Decoded(self.read, [], self.enc, self.prompt, self.offset, self.base)
 
 
 NOTHING = Decoded(-1, [])
@@ -129,16 +150,67 @@ class ChunkDecoder:
 
     def token_starts(self, decoded: Decoded) -> list[int] | None:
         """Where each token of the best hypothesis after the buffer's base starts in the buffer (samples), and
-        one more entry: where its text ends (None: no such tokens, or no token timing). One forced decoder pass."""
+        one more entry: where its text ends (None: no such tokens, or no token timing): the search's recorded
+        timing (:meth:`token_bounds`) when it reaches the text's end, else one forced decoder pass."""
+        bounds = self.token_bounds(decoded)
+        if bounds is not None and bounds[1]:
+            return bounds[0]
         if not decoded.hyps or decoded.enc is None or not isinstance(self.model, TokenTimer):
             return None
-        tokens = decoded.hyps[0].tokens[self.buffer.base :]
+        tokens = decoded.hyps[0].tokens[decoded.base :]
         if not tokens:
             return None
         start = time.perf_counter()
         frames = self.model.token_starts(decoded.enc, decoded.prompt, tokens, self.costs)
         self.costs.compute_s += time.perf_counter() - start
         return [int(frame) * self.model.frame_samples for frame in frames]
+
+    def token_bounds(self, decoded: Decoded) -> tuple[list[int], bool] | None:
+        """Where each token of the best hypothesis after the decode's base starts in the buffer (samples), then
+        where its text ends, from the rows its search recorded (no decoder pass; computed once per decode), and
+        whether that end was timed (False: the last token was never read, and the text is taken to end with the
+        audio). None: no such tokens, or the model records no timing."""
+        if decoded.bounds is not None:
+            return decoded.bounds
+        model, enc = self.model, decoded.enc
+        if not decoded.hyps or enc is None or not isinstance(model, TracingDecoder) \
+                or not isinstance(model, TokenTimer):
+            return None
+        tokens = len(decoded.hyps[0].tokens) - decoded.base
+        start = time.perf_counter()
+        frames = model.traced_starts(enc, decoded.hyps[0].alignment, tokens)
+        self.costs.compute_s += time.perf_counter() - start
+        if frames is None:
+            return None
+        samples = [int(frame) * model.frame_samples for frame in frames]
+        complete = len(samples) > tokens
+        decoded.bounds = (samples if complete else [*samples, enc.audio_samples]), complete
+        return decoded.bounds
+
+    def spoken_times(self, decoded: Decoded, first: int, last: int) -> list[tuple[float, float]] | None:
+        """Where tokens ``first``..``last - 1`` of the decode's best hypothesis were spoken: per token its start
+        and end (:meth:`token_bounds`, the word boundaries next to a pause in the buffer's audio moved to it), in
+        milliseconds on the stream's audio timeline (the audio trimmed off the buffer included), within the audio
+        read. None: untimed (no recorded timing, or tokens committed before the buffer). Asked before the buffer
+        is trimmed (it reads the buffer's audio)."""
+        if first < decoded.base or not decoded.hyps or last > len(decoded.hyps[0].tokens) or first >= last:
+            return None
+        if decoded.spans is None:
+            bounds = self.token_bounds(decoded)
+            if bounds is None or decoded.enc is None:
+                return None
+            start = time.perf_counter()
+            tokens = decoded.hyps[0].tokens[decoded.base :]
+            tokenizer, rate = self.model.tokenizer, self.model.sample_rate
+            words = [tokenizer.starts_word(token) for token in tokens]
+            silent = [tokenizer.is_punctuation(token) for token in tokens]
+            found = pauses(self.buffer.head(min(decoded.enc.audio_samples, self.buffer.samples)), rate)
+            decoded.spans = snapped_spans(bounds[0], words, silent, found, round(SNAP_MS * rate / 1000.0))
+            self.costs.compute_s += time.perf_counter() - start
+        rate, base = self.model.sample_rate, decoded.base
+        def ms(sample: int) -> float:
+            return min(decoded.read, decoded.offset + sample) * 1000.0 / rate
+        return [(ms(decoded.spans[i - base][0]), ms(decoded.spans[i - base][1])) for i in range(first, last)]
 
     def _search(self, audio: np.ndarray, read: int, reason: DecodeReason) -> Decoded:
         committed, costs = self.output.committed, self.costs
@@ -158,10 +230,10 @@ class ChunkDecoder:
                       no_speech_threshold=self.guards.no_speech_threshold if judged else None)
         hyps = self.searcher.search(self.model, query, self.search, costs)
         if not hyps:  # (the searcher judged the encoding to hold no speech)
-            return Decoded(read, [], enc, prompt)
+            return Decoded(read, [], enc, prompt, self.buffer.offset, base)
         if before:  # the policies and the commit path see whole outputs
-            hyps = [Hypothesis(before + h.tokens, h.score, h.finished) for h in hyps]
-        return Decoded(read, hyps, enc, prompt)
+            hyps = [Hypothesis(before + h.tokens, h.score, h.finished, h.alignment) for h in hyps]
+        return Decoded(read, hyps, enc, prompt, self.buffer.offset, base)
 
     def _max_new(self, audio: np.ndarray, prefix: int) -> int:
         """The most tokens searched after a forced ``prefix``: the option, or a budget per second of audio (a

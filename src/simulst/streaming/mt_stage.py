@@ -14,7 +14,14 @@ only the source after it, continuing only the target committed after it.
 
 Times are on the *audio* timeline: a target emission carries the ``source_ms`` of the ASR emission that triggered
 it, and as ``elapsed_ms`` that emission's computation-aware time plus the MT compute this stream has spent so far
-(the two stages run one after the other, so each one's compute delays everything after it)::
+(the two stages run one after the other, so each one's compute delays everything after it).
+
+**Spoken times.** A target emission is spoken-timed by the source it was made from: from the start of the first
+source increment received since the previous target emission (the increments this commit is the first to
+consume) to the end of the latest one - the span of source speech that became available to it. When it consumes
+no new source (a second commit on the same increment, e.g. a sentence committed whole and then the text after
+it), it gets the empty span at the end of the latest source. The MT stage has no word alignment: each target word
+carries its emission's span. Untimed source (no ``spoken`` given) leaves the target untimed::
 
     stage = MTStage(backend, MTOptions(policy=PolicyOptions.parse("la-2")))
     for asr_emission in asr_emissions:
@@ -55,6 +62,9 @@ class MTStageState:
         steps: number of translations of a non-final source prefix.
         last_source: the source of the last translation (a prefix is never translated twice).
         finished: True after :meth:`MTStage.finish`.
+        spoken_start: where the first source increment received since the last target emission was spoken
+            (None: none received, or untimed).
+        spoken_end: where the latest timed source increment ends (None: none yet).
     """
 
     source: str = ""
@@ -67,6 +77,8 @@ class MTStageState:
     steps: int = 0
     last_source: str = ""
     finished: bool = False
+    spoken_start: float | None = None
+    spoken_end: float | None = None
 
 
 class MTStage(OutputView):
@@ -92,12 +104,15 @@ class MTStage(OutputView):
         """The backend's target tokenizer."""
         return self.backend.tokenizer
 
-    def push(self, increment: str, source_ms: float, elapsed_ms: float) -> list[Emission]:
+    def push(self, increment: str, source_ms: float, elapsed_ms: float,
+             spoken: tuple[float | None, float | None] | None = None) -> list[Emission]:
         """Read a committed source increment (its text, as the ASR emitted it) stamped with the audio time
-        ``source_ms`` and computation-aware time ``elapsed_ms`` at which it was committed."""
+        ``source_ms`` and computation-aware time ``elapsed_ms`` at which it was committed, and ``spoken``: where
+        it was spoken, (start_ms, end_ms) (None, or None times: untimed)."""
         st = self.state
         if st.finished:
             raise SimulstError("this MT stage has finished; start a new one for a new source")
+        self._hear(spoken)
         st.source += increment
         st.segment += increment
         out: list[Emission] = []
@@ -112,13 +127,15 @@ class MTStage(OutputView):
         st.last_source = source
         return out + self._step(source, source_ms, elapsed_ms, DecodeReason.CHUNK)
 
-    def finish(self, increment: str, source_ms: float, elapsed_ms: float) -> list[Emission]:
-        """The source has ended (after ``increment``, possibly empty): translate it all and commit the best
-        hypothesis whole (no policy)."""
+    def finish(self, increment: str, source_ms: float, elapsed_ms: float,
+               spoken: tuple[float | None, float | None] | None = None) -> list[Emission]:
+        """The source has ended (after ``increment``, possibly empty, spoken at ``spoken`` as in :meth:`push`):
+        translate it all and commit the best hypothesis whole (no policy)."""
         st = self.state
         if st.finished:
             return []
         st.finished = True
+        self._hear(spoken)
         st.source += increment
         st.segment += increment
         source = _normalise(st.segment)
@@ -127,6 +144,25 @@ class MTStage(OutputView):
         return self._step(source, source_ms, elapsed_ms, DecodeReason.SOURCE_END)
 
     # ------------------------------------------------------------------------------------ internals
+    def _hear(self, spoken: tuple[float | None, float | None] | None) -> None:
+        """Note where a source increment was spoken (the span of the next target emission)."""
+        st = self.state
+        if spoken is None or spoken[0] is None or spoken[1] is None:
+            return
+        if st.spoken_start is None:
+            st.spoken_start = spoken[0]
+        st.spoken_end = spoken[1] if st.spoken_end is None else max(st.spoken_end, spoken[1])
+
+    def _spoken_span(self, tokens: int) -> list[tuple[float, float]] | None:
+        """The spoken span of a target emission of ``tokens`` tokens, per token (see the module docstring); the
+        source it consumed is then used up."""
+        st = self.state
+        if st.spoken_end is None:
+            return None
+        start = st.spoken_end if st.spoken_start is None else st.spoken_start
+        st.spoken_start = None
+        return [(start, st.spoken_end)] * tokens
+
     def _step(self, source: str, source_ms: float, elapsed_ms: float, reason: DecodeReason) -> list[Emission]:
         """Translate ``source`` (the current segment), continuing the target committed for it; unless the
         ``reason`` is a new source increment (``CHUNK``), commit the best translation whole: the segment is a
@@ -145,7 +181,10 @@ class MTStage(OutputView):
         context = PolicyContext(self.tokenizer, source_words=len(source.split()))
         target = target_tokens(hyps, whole, st.output.committed, self.policy, st.policy, context)
         st.costs.compute_s += time.perf_counter() - start
-        emission = st.output.commit(target, self.tokenizer, source_ms, elapsed_ms + st.costs.compute_s * 1000.0, final)
+        added = len(target) - len(st.output.committed)
+        times = self._spoken_span(added) if added > 0 else None
+        emission = st.output.commit(target, self.tokenizer, source_ms, elapsed_ms + st.costs.compute_s * 1000.0, final,
+                                    times)
         return [] if emission is None else [emission]
 
 

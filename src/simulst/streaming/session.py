@@ -169,8 +169,11 @@ class Session(OutputView):
         target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs)
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
+        times = None  # where the new tokens were spoken (a prefix of the best hypothesis: its timing)
+        if len(target) > len(committed) and tuple(decoded.hyps[0].tokens[: len(target)]) == tuple(target):
+            times = self.decoder.spoken_times(decoded, len(committed), len(target))
         elapsed_ms = source_ms + st.costs.compute_s * 1000.0
-        emission = st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, reason.ends_source)
+        emission = st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, reason.ends_source, times)
         return ([] if emission is None else [emission]), loop_cut
 
     def _trim(self, decoded: Decoded, samples: int, eager: bool) -> None:

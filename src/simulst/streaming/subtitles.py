@@ -25,14 +25,21 @@ retracted, no word split.
 * before a word committed more than ``pause_ms`` of audio after the caption's last emission (*pause*);
 * by :meth:`close` (*end*).
 
-**Timing: commit times, what a live viewer sees.** Times are on the audio timeline, in the ``source_ms`` of the
-emissions (the audio read when the text was committed), not in the time the words were spoken:
+**Timing: spoken times (default) or commit times.** Times are on the audio timeline. Each word has a start and
+an end time: with ``times="spoken"`` where it was spoken (the emissions' :attr:`~simulst.types.Emission.words`,
+from the alignment-head timing; a word split across emissions runs from its first piece's start to its last
+piece's end; an untimed piece takes its emission's commit time), so a caption shows while its words are heard, as
+offline subtitles do; with ``times="commit"`` both are the ``source_ms`` of the emission holding the word's
+first, resp. last, character (the audio read when the text was committed): what a live viewer sees, about a
+second or two later. Either way a caption is written once its words are committed and closed, and never changed.
+With those word times:
 
-* a caption starts when its first word was committed (the ``source_ms`` of the emission holding the word's first
-  character), or when the previous caption ends if that is later - captions never overlap;
-* a *full* caption ends when the next caption's first word was committed;
-* a *sentence* or *pause* caption ends ``display_ms`` after its last emission, or earlier when the next caption's
-  first word is committed sooner (when that word is already known as the caption is written; otherwise the next
+* a caption starts when its first word starts, or when the previous caption ends if that is later - captions
+  never overlap;
+* a *pause* is a word starting more than ``pause_ms`` after the caption's last word ends;
+* a *full* caption ends when the next caption's first word starts;
+* a *sentence* or *pause* caption ends ``display_ms`` after its last word ends, or earlier when the next caption's
+  first word starts sooner (when that word is already known as the caption is written; otherwise the next
   caption starts later instead);
 * the caption still open at :meth:`close` ends at ``close(end_ms)`` (the end of the audio);
 * every caption lasts at least ``min_ms``: when several captions close at once (a burst of text committed in one
@@ -55,6 +62,8 @@ from simulst.types import Emission
 
 SubtitleFormat = Literal["srt", "vtt"]
 FORMATS: tuple[SubtitleFormat, ...] = ("srt", "vtt")
+CueTimes = Literal["spoken", "commit"]
+CUE_TIMES: tuple[CueTimes, ...] = ("spoken", "commit")
 
 SENTENCE_END = re.compile(r"[.?!…。？！][\"'”’»)\]]*$")
 _TIMESTAMP = re.compile(r"^(\d+):(\d{2}):(\d{2})[,.](\d{3})$")
@@ -149,7 +158,7 @@ def _parse_timestamp(stamp: str) -> float:
 
 @dataclass
 class _Open:
-    """The caption being filled: its lines, its first word's commit time and its last emission's time."""
+    """The caption being filled: its lines, its first word's start and its last word's end."""
 
     lines: list[str]
     first_ms: float
@@ -173,27 +182,33 @@ class SubtitleWriter:
         sink: where the captions go (flushed after each); WebVTT's ``WEBVTT`` header is written at once.
         fmt: ``srt`` or ``vtt``.
         limits: line length, lines per caption and the timing constants.
+        times: ``spoken`` (the words' spoken times) or ``commit`` (the emissions' commit times).
 
     Attributes:
         captions: the captions written so far.
 
     Raises:
-        OptionError: an unknown format.
+        OptionError: an unknown format or kind of times.
     """
 
-    def __init__(self, sink: TextIO, fmt: str = "srt", limits: CaptionLimits | None = None) -> None:
+    def __init__(self, sink: TextIO, fmt: str = "srt", limits: CaptionLimits | None = None,
+                 times: str = "spoken") -> None:
         if fmt not in FORMATS:
             raise OptionError(f"unknown subtitle format {fmt!r} (srt or vtt)")
+        if times not in CUE_TIMES:
+            raise OptionError(f"unknown cue times {times!r} ({' or '.join(CUE_TIMES)})")
         self.sink = sink
         self.format: SubtitleFormat = "srt" if fmt == "srt" else "vtt"
         self.limits = limits or CaptionLimits()
+        self.spoken = times == "spoken"
         self.captions: list[Caption] = []
         self._open: _Open | None = None
         self._closed: _Closed | None = None
         self._word = ""  # the word being read (no whitespace has followed it yet)
         self._word_first_ms = 0.0
         self._word_last_ms = 0.0
-        self._last_ms = 0.0  # source_ms of the latest emission
+        self._last_ms = 0.0  # the latest word time
+        self._commit_ms = 0.0  # the latest emission's source_ms (emissions are in commit order)
         self._prev_end = 0.0
         self._finished = False
         if self.format == "vtt":
@@ -205,17 +220,21 @@ class SubtitleWriter:
         if self._finished:
             raise RuntimeError("the subtitle writer is closed")
         n_before = len(self.captions)
-        ms = max(emission.source_ms, self._last_ms)  # emissions are in commit order
-        self._last_ms = ms
+        self._commit_ms = max(emission.source_ms, self._commit_ms)
+        if not self.spoken:
+            self._last_ms = self._commit_ms
+        pieces = iter(self._piece_times(emission))
         for is_space, run in groupby(emission.text, str.isspace):
             if is_space:
                 self._end_word()
             else:
                 chars = "".join(run)
+                first_ms, last_ms = next(pieces)
                 if not self._word:
-                    self._start_word(ms)
+                    self._start_word(first_ms)
                 self._word += chars
-                self._word_last_ms = ms
+                self._word_last_ms = last_ms
+                self._last_ms = max(self._last_ms, last_ms)
         if self._closed is not None and not emission.final:
             self._write_closed(next_ms=None)  # the next caption's start is not known yet: do not wait for it
         return self.captions[n_before:]
@@ -239,6 +258,16 @@ class SubtitleWriter:
         return self.captions[n_before:]
 
     # ---------------------------------------------------------------------------------------------- internals
+    def _piece_times(self, emission: Emission) -> list[tuple[float, float]]:
+        """(start, end) of each whitespace-separated piece of the emission's text: its spoken times (an untimed
+        piece: the emission's commit time), or with commit times the commit time (made non-decreasing)."""
+        n = len(emission.text.split())
+        commit_ms = self._commit_ms
+        if not self.spoken or len(emission.words) != n:
+            return [(commit_ms, commit_ms)] * n
+        return [(commit_ms if w.start_ms is None else w.start_ms, commit_ms if w.end_ms is None else w.end_ms)
+                for w in emission.words]
+
     def _start_word(self, ms: float) -> None:
         """A word starts at commit time ``ms``: it is the next caption's start, or it comes after a pause."""
         self._word_first_ms = ms
@@ -295,11 +324,12 @@ class SubtitleWriter:
 
 
 def render_subtitles(
-    emissions: list[Emission], fmt: str = "srt", end_ms: float | None = None, limits: CaptionLimits | None = None
+    emissions: list[Emission], fmt: str = "srt", end_ms: float | None = None, limits: CaptionLimits | None = None,
+    times: str = "spoken",
 ) -> str:
     """The whole SRT / WebVTT text of a finished stream's emissions (what :class:`SubtitleWriter` writes live)."""
     sink = io.StringIO()
-    writer = SubtitleWriter(sink, fmt, limits)
+    writer = SubtitleWriter(sink, fmt, limits, times)
     for emission in emissions:
         writer.add(emission)
     writer.close(end_ms)

@@ -2,9 +2,9 @@
 
 The report (:class:`LongformReport`) is built like a short-form one (:class:`~simulst.evaluation.report.
 ReportBuilder`), one row per reference sentence: quality first (sacreBLEU BLEU and chrF of the resegmented
-predictions against the reference sentences, as OmniSTEval; ``WER`` / ``WER_norm`` for words, which OmniSTEval
-lacks), then the long-form latency metrics (:mod:`~simulst.evaluation.longform.metrics`) and their ``_CA``
-forms, then the counts ``Talks``, ``Sentences``, ``EmptySentences``, ``DroppedUnits``.
+predictions against the reference sentences, as OmniSTEval; ``WER`` / ``WER_norm`` / ``WER_whisper`` for words,
+which OmniSTEval lacks), then the long-form latency metrics (:mod:`~simulst.evaluation.longform.metrics`) and
+their ``_CA`` forms, then the counts ``Talks``, ``Sentences``, ``EmptySentences``, ``DroppedUnits``.
 
 Files (:func:`write_longform_scores`): ``scores.longform.tsv`` / ``.json`` and ``metrics.longform.tsv`` as the
 short-form ``scores.tsv`` / ``.json`` and ``metrics.tsv``, plus OmniSTEval's ``instances.resegmented.jsonl``.
@@ -48,7 +48,7 @@ LONGFORM_SCORES_JSON = "scores.longform.json"
 LONGFORM_SENTENCES_TSV = "metrics.longform.tsv"
 RESEGMENTED_JSONL = "instances.resegmented.jsonl"  # OmniSTEval's name and keys
 #: quality metrics that count words: not scored at the char unit
-WORD_QUALITY_METRICS = ("WER", "WER_norm")
+WORD_QUALITY_METRICS = ("WER", "WER_norm", "WER_whisper")
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,10 @@ def score_longform(
         options: how to resegment and score.
 
     Returns:
-        A report with the quality metrics (default ``BLEU``, ``chrF``, and for words ``WER``, ``WER_norm``), the
-        latency metrics (default ``StreamLAAL``, ``LongYAAL``) and their ``_CA`` forms when computation-aware,
-        ``Talks``, ``Sentences``, ``EmptySentences``, ``DroppedUnits``; one row per reference sentence.
+        A report with the quality metrics (default ``BLEU``, ``chrF``, and for words ``WER``, ``WER_norm``,
+        ``WER_whisper``), the latency metrics (default ``StreamLAAL``, ``LongYAAL``) and their ``_CA`` forms when
+        computation-aware, ``Talks``, ``Sentences``, ``EmptySentences``, ``DroppedUnits``; one row per reference
+        sentence.
     """
     options = options or LongformOptions()
     records = instances_to_score(records)

@@ -69,11 +69,21 @@ function startMessage() {
   return message;
 }
 
-/** ws(s)://<this host>/ws, with the token if one was given. */
+/** ws(s)://<this host>/ws: never with the token (a URL lands in logs and histories). */
 function socketUrl() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
+  return `${scheme}://${location.host}/ws`;
+}
+
+/** The websocket subprotocols: "simulst", and the token as "bearer.<token>" when one was given (a browser's
+ * websocket cannot send an Authorization header; the server accepts "simulst" and never echoes the token). */
+function socketProtocols() {
   const token = $("token").value.trim();
-  return `${scheme}://${location.host}/ws` + (token ? `?token=${encodeURIComponent(token)}` : "");
+  if (!token) return ["simulst"];
+  if (!/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(token)) {
+    throw new Error("the token has characters a websocket subprotocol cannot carry (use letters, digits, -._~+)");
+  }
+  return ["simulst", `bearer.${token}`];
 }
 
 // ------------------------------------------------------------------------------------------------ audio input
@@ -93,6 +103,7 @@ async function openMicrophone(rate) {
   } catch (err) {
     throw new Error(`no microphone: ${err.name}: ${err.message}`);
   }
+  if (!window.AudioContext || typeof AudioWorkletNode === "undefined") return recordMicrophone(media);
   const context = new AudioContext();
   let node;
   try {
@@ -139,6 +150,42 @@ async function openMicrophone(rate) {
         media.getTracks().forEach((track) => track.stop());
         await context.close();
       })();
+      return stopping;
+    },
+  };
+}
+
+/** The microphone where AudioWorklet is unavailable: MediaRecorder's WebM / Opus, its bytes sent as they are
+ * recorded (the start message then says "format": "webm"; the server decodes the container). */
+function recordMicrophone(media) {
+  const type = "audio/webm;codecs=opus";
+  if (typeof MediaRecorder === "undefined" || !MediaRecorder.isTypeSupported(type)) {
+    media.getTracks().forEach((track) => track.stop());
+    throw new Error("this browser can neither run an AudioWorklet nor record WebM / Opus audio");
+  }
+  const recorder = new MediaRecorder(media, { mimeType: type });
+  let send = null;
+  let sent = Promise.resolve(); // the pieces go out in order (each is read asynchronously)
+  let stopping = null;
+  recorder.ondataavailable = (event) => {
+    sent = sent.then(async () => {
+      if (send && event.data.size) send(await event.data.arrayBuffer());
+    });
+  };
+  return {
+    format: "webm",
+    start(sendBlock, ended) {
+      send = sendBlock;
+      media.getAudioTracks()[0].onended = ended;
+      recorder.start(2 * BLOCK_MS); // a piece every 200 ms: the header first, then the audio
+    },
+    stop() {
+      stopping ??= new Promise((resolve) => {
+        const done = () => sent.then(() => media.getTracks().forEach((track) => track.stop())).then(resolve);
+        if (recorder.state === "inactive") return done();
+        recorder.onstop = done; // (after the last piece's dataavailable)
+        recorder.stop();
+      });
       return stopping;
     },
   };
@@ -195,7 +242,7 @@ async function openFile(file, rate) {
 
 /** One websocket stream: sends the start message and the input's audio, shows what comes back. */
 class Stream {
-  constructor(input, url, start) {
+  constructor(input, url, protocols, start) {
     this.input = input;
     this.state = "connecting"; // → streaming → finishing → finished, or error
     this.channels = [];
@@ -204,7 +251,7 @@ class Stream {
     this.firstFrameAt = null; // performance.now() when the first audio frame was sent
     this.lags = [];
     this.endSent = false;
-    this.ws = new WebSocket(url);
+    this.ws = new WebSocket(url, protocols);
     this.ws.binaryType = "arraybuffer";
     this.ws.onopen = () => this.ws.send(JSON.stringify(start));
     this.ws.onmessage = (event) => this.receive(event.data);
@@ -335,10 +382,12 @@ async function onStart() {
   let input = null;
   try {
     const start = startMessage();
+    const protocols = socketProtocols();
     input = $("source-file").checked
       ? await openFile($("file").files[0], config.sample_rate)
       : await openMicrophone(config.sample_rate);
-    current = new Stream(input, socketUrl(), start);
+    if (input.format) start.format = input.format; // (the MediaRecorder fallback sends WebM)
+    current = new Stream(input, socketUrl(), protocols, start);
     renderCaptions();
   } catch (err) {
     if (input) input.stop();
@@ -349,6 +398,7 @@ async function onStart() {
 }
 
 $("start").addEventListener("click", onStart);
+$("settings").addEventListener("submit", (event) => event.preventDefault()); // (Enter in the token field)
 $("stop").addEventListener("click", () => current?.finish());
 $("task").addEventListener("change", updateTo);
 $("file").addEventListener("change", () => ($("source-file").checked = true));

@@ -1,0 +1,277 @@
+"""The quality-latency frontier: each task's presets (``--latency low|balanced|accurate``), offline decoding, the
+defaults before the presets, and the peers run on the same data (``bench/peers.py``), in one table and one plot.
+
+Writes ``bench/results/quality_latency.md`` (+ ``.csv``, ``quality_latency_<task>.png``) and keeps every run's
+per-utterance log under ``bench/results/quality_latency/<task>/<config>/instances.log`` (the evaluation runner's
+format), so that any two rows can be compared again with a paired bootstrap. Per row: quality (English: WER after
+Whisper's ``EnglishTextNormalizer``, and this repository's normaliser as a second column; X→English: sacreBLEU
+BLEU and chrF), AL / LAAL / AL_CA (word unit, mean over utterances, source clock; AL_CA adds the stream's compute
+as SimulEval does), RTF = compute / audio, the hardware-free costs ``enc_frames_s`` (encoder input frames per
+second of audio: how much audio the encoder reads again and again) and ``dec_calls_s`` (decoder calls per second
+of audio), and the paired bootstrap 95 % interval of the quality difference to
+offline (``d_offline``) and to the defaults before the presets (``d_before``), over utterances.
+
+With ``--realtime`` each utterance is also fed at real-time pace (``simulst ... --realtime``: audio arrives at
+wall-clock speed, a decode reads all that arrived) and ``AL_live`` (the wall-clock delay of each word after it
+was spoken, averaged like AL) and ``RTF_live`` are added: what a live listener meets on this machine.
+
+Data (dev sets only; the held-out sets judge the defaults elsewhere):
+
+* ``transcribe``: Whisper tiny.en on jfk + fleurs-en-dev + librispeech-other-dev (57 utterances, 7.3 min).
+* ``translate``: Whisper base X→English on the fleurs-multi de and fr utterances with English references (20).
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/quality_latency.py --task translate [--configs offline,balanced,...]
+        [--realtime] [--peers bench/results/peers] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simulst.audio.io import load_audio
+from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.config.presets import LATENCIES, preset_options
+from simulst.evaluation.bootstrap import paired_bootstrap
+from simulst.evaluation.instances import InstanceRecord, read_log, write_log
+from simulst.evaluation.latency import average_lagging
+from simulst.evaluation.manifest import TestItem
+from simulst.evaluation.runner import EvalOptions, run_instance
+from simulst.evaluation.scoring import ScoreOptions, score_records
+from simulst.streaming.engine import SpeechEngine
+from simulst.streaming.feed import feed_realtime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DATA, load_average, machine_note, markdown_table, seconds, write_csv, write_report
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TASKS = ("transcribe", "translate")
+QUALITY = {"transcribe": ("WER_whisper", "WER_norm"), "translate": ("BLEU", "chrF")}
+COLUMNS = ["task", "config", "options", "n", "Q1", "Q2", "AL", "LAAL", "AL_CA", "RTF", "enc_frames_s", "dec_calls_s",
+           "AL_live", "RTF_live", "d_offline", "d_before"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A named configuration of a task: the model and stream options it runs with."""
+
+    name: str
+    model: ModelOptions
+    stream: StreamOptions
+    summary: str
+
+
+def configs(task: str) -> dict[str, Config]:
+    """``offline``, ``before`` (the option defaults, as every task ran before the presets) and the presets."""
+    base = ModelOptions("whisper-base" if task == "translate" else None, task=task)
+    out = {"before": Config("before", base, StreamOptions(), "the option defaults (before the presets)")}
+    model, stream = preset_options(task, "balanced", base)
+    out["offline"] = Config("offline", model, dataclasses.replace(stream, policy=PolicyOptions("offline")),
+                            "offline decoding of the whole utterance (the balanced preset's model options)")
+    for latency in LATENCIES:
+        model, stream = preset_options(task, latency, base)
+        out[latency] = Config(latency, model, stream, f"--latency {latency}")
+    return out
+
+
+def items(task: str) -> list[tuple[str, TestItem]]:
+    """The task's dev utterances with their references, each with its source language."""
+    out = []
+    if task == "transcribe":
+        for manifest in ("jfk.tsv", "fleurs-en-dev.tsv", "librispeech-other-dev.tsv"):
+            for line in (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]:
+                uid, audio, duration, text = line.split("\t")[:4]
+                out.append(("en", TestItem(uid, DATA / audio, text.strip(), float(duration), "en")))
+        return out
+    references = dict(line.split("\t", 1) for line in
+                      (DATA / "references.en.tsv").read_text(encoding="utf-8").splitlines()[1:])
+    for line in (DATA / "fleurs-multi.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        uid, audio, duration, _transcript, lang = line.split("\t")[:5]
+        if lang in ("de", "fr") and uid in references:
+            out.append((lang, TestItem(uid, DATA / audio, references[uid].strip(), float(duration), "en")))
+    return out
+
+
+def run(task: str, config: Config, test: Sequence[tuple[str, TestItem]], realtime: bool) -> list[InstanceRecord]:
+    """Stream every utterance (fast feed; ``realtime``: also at real-time pace) and return the log records."""
+    engines: dict[str, SpeechEngine] = {}
+    records: list[InstanceRecord] = []
+    for lang, item in test:
+        if lang not in engines:
+            model = config.model if task == "transcribe" else dataclasses.replace(config.model, language=lang)
+            engines[lang] = SpeechEngine.load(model)
+        record = run_instance(engines[lang], config.stream, item, len(records), EvalOptions(progress=False))
+        if realtime:
+            record.extra["live"] = live(engines[lang], config.stream, item)
+        records.append(record)
+    return records
+
+
+def live(engine: SpeechEngine, options: StreamOptions, item: TestItem) -> dict[str, float]:
+    """Feed the item's audio at real-time pace: AL of the words' wall-clock times, and the compute / audio."""
+    audio = load_audio(item.audio, engine.sample_rate)
+    session = engine.open(options)
+    walls: list[tuple[str, float]] = []
+    feed_realtime(session, audio, lambda emission, wall_ms: walls.append((emission.text, wall_ms)))
+    delays = [wall for text, wall in walls for _ in text.split()]
+    reference_words = len((item.reference or "").split())
+    source_ms = audio.shape[0] * 1000.0 / engine.sample_rate
+    return {"AL_live": average_lagging(delays, source_ms, reference_words) if delays else float("nan"),
+            "RTF_live": session.costs.compute_s * 1000.0 / source_ms}
+
+
+def score_row(task: str, name: str, summary: str, records: Sequence[InstanceRecord],
+              logs: dict[str, list[InstanceRecord]]) -> dict[str, Any]:
+    """One table row: quality, latency, compute, and the bootstrap intervals against offline and before."""
+    q1, q2 = QUALITY[task]
+    scores = score_records(records, ScoreOptions(quality_metrics=(q1, q2), computation_aware=True)).scores
+    info = [r.extra.get("simulst", {}) for r in records]
+    compute = sum(i.get("compute_ms", 0.0) for i in info)
+    source = sum(r.source_length for r in records)
+    row: dict[str, Any] = {"task": task, "config": name, "options": summary, "n": len(records), "Q1": scores[q1],
+                           "Q2": scores[q2], "AL": seconds(scores["AL"]), "LAAL": seconds(scores["LAAL"]),
+                           "AL_CA": seconds(scores.get("AL_CA")), "RTF": compute / source,
+                           "enc_frames_s": sum(i.get("encoder_frames", 0) for i in info) * 1000.0 / source,
+                           "dec_calls_s": sum(i.get("decoder_calls", 0) for i in info) * 1000.0 / source}
+    lives = [r.extra["live"] for r in records if "live" in r.extra]
+    if lives and len(lives) == len(records):
+        row["AL_live"] = sum(x["AL_live"] for x in lives) / len(lives) / 1000.0
+        row["RTF_live"] = sum(x["RTF_live"] * r.source_length for x, r in zip(lives, records, strict=True)) / source
+    for other, column in (("offline", "d_offline"), ("before", "d_before")):
+        if other in logs and other != name and len(logs[other]) == len(records):
+            refs = [r.reference or "" for r in records]
+            interval = paired_bootstrap(q1, [r.prediction for r in logs[other]], [r.prediction for r in records],
+                                        refs)
+            row[column] = interval.describe()
+    return row
+
+
+def read_peers(folder: Path, task: str) -> dict[str, list[InstanceRecord]]:
+    """The peers' logs of ``task`` written by ``bench/peers.py`` (``FOLDER/<peer>_<task>_<chunk>ms/instances.log``),
+    by ``<peer> <chunk>ms``."""
+    return {log.parent.name.replace(f"_{task}_", " "): read_log(log)
+            for log in sorted(folder.glob(f"*_{task}_*ms/instances.log"))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=TASKS, required=True)
+    parser.add_argument("--configs", default="offline,before,low,balanced,accurate")
+    parser.add_argument("--realtime", action="store_true", help="also feed each utterance at real-time pace")
+    parser.add_argument("--peers", type=Path, default=None, help="bench/peers.py's output folder")
+    parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
+    parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the results folder (default: bench/results)")
+    args = parser.parse_args()
+    logs_root = args.out / "quality_latency"
+    load_before = load_average()
+    table = configs(args.task)
+    test = items(args.task)[: args.limit]
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    logs: dict[str, list[InstanceRecord]] = {}
+    for name in table:
+        path = logs_root / args.task / name / "instances.log"
+        if path.is_file():
+            logs[name] = read_log(path)
+    for name in names:
+        if args.rescore:
+            break
+        if name not in table:
+            raise SystemExit(f"unknown config {name!r}; choose from {', '.join(table)}")
+        started = time.perf_counter()
+        logs[name] = run(args.task, table[name], test, args.realtime)
+        path = logs_root / args.task / name / "instances.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_log(path, logs[name])
+        print(f"{args.task} {name}: {time.perf_counter() - started:.0f} s", flush=True)
+    rows = [score_row(args.task, name, table[name].summary, records, logs) for name, records in logs.items()
+            if name in table]
+    if args.peers is not None:
+        rows += [score_row(args.task, f"peer: {name}", name, records, logs)
+                 for name, records in read_peers(args.peers, args.task).items()]
+    write(args.out, args.task, rows, machine_note(load_before), [] if args.rescore else names, args.realtime)
+
+
+def write(out: Path, task: str, rows: list[dict[str, Any]], note: str, ran: Sequence[str], realtime: bool) -> None:
+    """Replace ``task``'s rows of the table (the other task's stay), note the run, redraw the task's plot."""
+    csv_path, md_path = out / "quality_latency.csv", out / "quality_latency.md"
+    kept: list[dict[str, Any]] = []
+    if csv_path.is_file():
+        with csv_path.open(encoding="utf-8") as f:
+            kept = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f) if r["task"] != task]
+    all_rows = kept + rows
+    old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
+    runs = [line for line in old.splitlines() if line.startswith("* Run ")]
+    if ran:  # (a rescore runs nothing: the notes of the runs that made the logs stay as they are)
+        runs.append(f"* Run {len(runs) + 1} ({task}: {', '.join(ran)}{'; realtime' if realtime else ''}): {note}.")
+    header = (
+        "# Quality against latency: the presets, offline, the defaults before them, and the peers\n\n"
+        "Written by `bench/quality_latency.py` (its docstring defines every column). Q1 / Q2: WER_whisper / "
+        "WER_norm (%) for `transcribe` (Whisper tiny.en, jfk + fleurs-en-dev + librispeech-other-dev), BLEU / "
+        "chrF for `translate` (Whisper base X→English, fleurs-multi de + fr). Latencies in seconds. d_offline / "
+        "d_before: Q1 of the row minus Q1 of offline / of the defaults before the presets, with the paired "
+        "bootstrap 95 % interval over utterances (1000 resamples).\n\n" + "\n".join(runs) + "\n\n"
+    )
+    write_report(md_path, header + markdown_table(all_rows, COLUMNS))
+    write_csv(csv_path, all_rows, COLUMNS)
+    print("wrote", plot(out, task, rows))
+
+
+def plot(out: Path, task: str, rows: Sequence[dict[str, Any]]) -> Path:
+    """Q1 against AL and AL_CA (and AL_live when measured): simulst's rows and the peers', offline as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    latencies = [m for m in ("AL", "AL_CA", "AL_live") if any(_finite(r.get(m)) for r in rows)]
+    fig, axes = plt.subplots(1, len(latencies), figsize=(5.4 * len(latencies), 4.4), squeeze=False)
+    offline = [float(r["Q1"]) for r in rows if r["config"] == "offline"]
+    for ax, latency in zip(axes[0], latencies, strict=True):
+        for peer in (False, True):
+            shown = [r for r in rows if str(r["config"]).startswith("peer") == peer and r["config"] != "offline"
+                     and _finite(r.get(latency))]
+            xs, ys = [float(r[latency]) for r in shown], [float(r["Q1"]) for r in shown]
+            ax.plot(xs, ys, "s" if peer else "o", label="peers" if peer else "simulst")
+            for r, x, y in zip(shown, xs, ys, strict=True):
+                ax.annotate(str(r["config"]).removeprefix("peer: "), (x, y), textcoords="offset points",
+                            xytext=(3, 3), fontsize=7)
+        if offline:
+            ax.axhline(offline[0], linestyle="--", color="grey", label="offline")
+        ax.set_xlabel(f"{latency} (s)")
+        ax.set_ylabel(QUALITY[task][0])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{task}: {QUALITY[task][0]} against latency (dev sets)")
+    fig.tight_layout()
+    path = out / f"quality_latency_{task}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _number(text: str) -> Any:
+    """A CSV cell back as an int or a float where it is one."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value not in (None, "") and float(value) == float(value)
+    except (TypeError, ValueError):
+        return False
+
+
+if __name__ == "__main__":
+    main()

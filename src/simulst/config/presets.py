@@ -1,0 +1,128 @@
+"""Named operating points: ``--latency low|balanced|accurate``, one set per task.
+
+Transcription and translation want different settings (a translation commits words before the sentence gives
+them meaning; a transcription does not), so each task has its own three points, chosen on that task's dev data
+and each backed by a row of ``bench/results/quality_latency.md``. A preset is a set of option values applied
+*under* the user's flags: a flag given on the command line always wins over the preset.
+
+* ``low`` — the least delay: words appear as soon as the model is fairly sure of them.
+* ``balanced`` — the default: close to offline quality at a delay a live audience accepts.
+* ``accurate`` — the best quality a live stream gets on a CPU, at a few seconds' delay.
+
+The settings are keyed by the options' field names (:class:`~simulst.config.model.ModelOptions` and
+:class:`~simulst.config.stream.StreamOptions`; ``policy`` as its text form, ``la-2``), so the command line and
+the Python API (:func:`preset_options`) resolve a preset alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from simulst.config.fields import FLAG
+from simulst.config.model import TASKS, ModelOptions
+from simulst.config.policy import PolicyOptions
+from simulst.config.stream import StreamOptions
+from simulst.errors import OptionError
+
+LATENCIES = ("low", "balanced", "accurate")
+DEFAULT_LATENCY = "balanced"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One task's operating point.
+
+    Attributes:
+        task: ``transcribe`` or ``translate``.
+        latency: ``low``, ``balanced`` or ``accurate``.
+        summary: what a user gets, in a line.
+        settings: option values by field name (model and stream options; ``policy`` as text).
+    """
+
+    task: str
+    latency: str
+    summary: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+        unknown = set(self.settings) - (set(_FLAGS) & (_MODEL_FIELDS | _STREAM_FIELDS))
+        if unknown:
+            raise ValueError(f"preset {self.task}/{self.latency}: unknown options {sorted(unknown)}")
+
+    def model_settings(self) -> dict[str, Any]:
+        """The settings that are :class:`ModelOptions` fields."""
+        return {k: v for k, v in self.settings.items() if k in _MODEL_FIELDS}
+
+    def flags(self) -> str:
+        """The settings as the command-line flags that give them (``--chunk-ms 1000 --vad``); empty: none."""
+        parts = []
+        for name, value in self.settings.items():
+            option = _FLAGS[name]
+            if isinstance(value, bool):
+                parts.append(option if value else f"--no-{option[2:]}")
+            else:
+                shown = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+                parts.append(f"{option} {shown}")
+        return " ".join(parts)
+
+    def stream_settings(self) -> dict[str, Any]:
+        """The settings that are :class:`StreamOptions` fields (``policy`` parsed)."""
+        out = {k: v for k, v in self.settings.items() if k in _STREAM_FIELDS}
+        if isinstance(out.get("policy"), str):
+            out["policy"] = PolicyOptions.parse(out["policy"])
+        return out
+
+
+_MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelOptions)) - {"name", "device", "language", "task"}
+_STREAM_FIELDS = frozenset(f.name for f in dataclasses.fields(StreamOptions))
+_FLAGS = {f.name: f.metadata[FLAG].name for cls in (ModelOptions, StreamOptions) for f in dataclasses.fields(cls)
+          if FLAG in f.metadata}
+
+# A translation keeps the audio of its whole sentence (up to 30 s): trimming the buffer inside a sentence, as a
+# transcription does at 8 s, cuts away the source of the words still to be translated (long talks are still
+# trimmed at sentence ends, past 10 s).
+_SENTENCE_AUDIO = {"max_buffer_s": 30.0, "segment_s": 10.0}
+
+_ALL = (
+    Preset("transcribe", "low", "words sooner: smaller chunks, the low-confidence guard only at -1.5",
+           {"chunk_ms": 400.0, "early_logprob_threshold": None}),
+    Preset("transcribe", "balanced", "the option defaults: 600 ms chunks, LocalAgreement-2", {}),
+    Preset("transcribe", "accurate", "1 s chunks and a 15 s buffer: fewer, better-informed commits",
+           {"chunk_ms": 1000.0, "max_buffer_s": 15.0}),
+    Preset("translate", "low", "600 ms chunks over the sentence's whole audio: the first words soonest",
+           {"chunk_ms": 600.0, **_SENTENCE_AUDIO}),
+    Preset("translate", "balanced", "1 s chunks over the sentence's whole audio: fewer, better-informed commits",
+           {"chunk_ms": 1000.0, **_SENTENCE_AUDIO}),
+    Preset("translate", "accurate", "as balanced, with three decodes to agree (LocalAgreement-3)",
+           {"chunk_ms": 1000.0, "policy": "la-3", **_SENTENCE_AUDIO}),
+)
+
+PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
+
+
+def preset(task: str, latency: str = DEFAULT_LATENCY) -> Preset:
+    """The preset of ``task`` at ``latency``.
+
+    Raises:
+        OptionError: an unknown task or latency.
+    """
+    if task not in TASKS:
+        raise OptionError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if latency not in LATENCIES:
+        raise OptionError(f"unknown latency preset {latency!r}; choose one of {', '.join(LATENCIES)}")
+    return PRESETS[(task, latency)]
+
+
+def preset_options(task: str, latency: str = DEFAULT_LATENCY, model: ModelOptions | None = None,
+                   stream: StreamOptions | None = None) -> tuple[ModelOptions, StreamOptions]:
+    """``model`` and ``stream`` options (defaults when None) with the preset's settings applied over them, for
+    ``task`` (the model options' task is set to it)."""
+    chosen = preset(task, latency)
+    model = dataclasses.replace(model or ModelOptions(), task=task, **chosen.model_settings())
+    stream = dataclasses.replace(stream or StreamOptions(), **chosen.stream_settings())
+    return model, stream

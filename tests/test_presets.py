@@ -1,0 +1,97 @@
+"""Latency presets: each resolves to its documented options on the command line and in the API; a flag given
+wins over the preset; each task has its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from simulst.cli.main import build_parser
+from simulst.cli.options import model_options_from_args, stream_options_from_args
+from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.config.presets import LATENCIES, PRESETS, Preset, preset, preset_options
+from simulst.errors import OptionError
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "presets.md"
+
+
+def documented() -> dict[tuple[str, str], str]:
+    """docs/presets.md's table: (task, latency) -> the flags column."""
+    rows = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0] in ("transcribe", "translate") and cells[1].strip("`") in LATENCIES:
+            rows[(cells[0], cells[1].strip("`"))] = cells[2].strip("`").replace("(the option defaults)", "").strip()
+    return rows
+
+
+def test_every_task_has_every_latency_and_the_docs_state_each() -> None:
+    assert set(PRESETS) == {(task, latency) for task in ("transcribe", "translate") for latency in LATENCIES}
+    docs = documented()
+    assert set(docs) == set(PRESETS)
+    for key, chosen in PRESETS.items():
+        assert docs[key] == chosen.flags(), key
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+def test_the_command_line_resolves_a_preset_to_its_flags(key: tuple[str, str]) -> None:
+    task, latency = key
+    chosen = PRESETS[key]
+    parser = build_parser()
+    audio = ["a.wav"] + (["--model", "whisper-base"] if task == "translate" else [])
+    by_preset = parser.parse_args([task, *audio, "--latency", latency])
+    by_flags = parser.parse_args([task, *audio, *shlex.split(chosen.flags())])
+    assert stream_options_from_args(by_preset) == stream_options_from_args(by_flags)
+    assert model_options_from_args(by_preset, task) == model_options_from_args(by_flags, task)
+    model, stream = preset_options(task, latency, ModelOptions(*(["whisper-base"] if task == "translate" else [])))
+    assert stream == stream_options_from_args(by_preset)
+    assert model == model_options_from_args(by_preset, task)
+
+
+def test_balanced_is_the_default_and_a_given_flag_wins() -> None:
+    parser = build_parser()
+    plain = parser.parse_args(["translate", "a.wav", "--model", "whisper-base"])
+    assert stream_options_from_args(plain) == preset_options("translate")[1]
+    for task in ("transcribe", "translate"):
+        low = PRESETS[(task, "low")]
+        args = parser.parse_args([task, "a.wav", "--latency", "low", "--chunk-ms", "777", "--policy", "hold-2"])
+        options = stream_options_from_args(args)
+        assert options.chunk_ms == 777.0 and options.policy == PolicyOptions("hold", 2)
+        rest = {k: v for k, v in low.stream_settings().items() if k not in ("chunk_ms", "policy")}
+        assert all(getattr(options, k) == v for k, v in rest.items())
+
+
+def test_switches_given_off_win_over_a_preset_that_turns_them_on() -> None:
+    on = Preset("transcribe", "low", "test", {"vad": True, "chunk_ms": 900.0})
+    assert on.flags() == "--vad --chunk-ms 900"
+    assert Preset("transcribe", "low", "test", {"vad": False}).flags() == "--no-vad"
+    model, stream = preset_options("transcribe", "balanced", stream=StreamOptions(vad=True))
+    assert stream.vad is (PRESETS[("transcribe", "balanced")].settings.get("vad", True))
+    assert model.task == "transcribe"
+
+
+def test_the_transcribe_and_translate_presets_differ() -> None:
+    # the tasks were tuned apart: at least one operating point of translation is not transcription's
+    assert any(PRESETS[("translate", lat)].settings != PRESETS[("transcribe", lat)].settings for lat in LATENCIES)
+
+
+def test_unknown_names_are_refused() -> None:
+    with pytest.raises(OptionError, match="unknown latency preset 'fast'; choose one of low, balanced, accurate"):
+        preset("transcribe", "fast")
+    with pytest.raises(OptionError, match="unknown task 'summarise'"):
+        preset("summarise", "low")
+    with pytest.raises(ValueError, match="unknown options"):
+        Preset("transcribe", "low", "x", {"language": "de"})
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["transcribe", "a.wav", "--latency", "fast"])
+
+
+def test_presets_are_plain_option_values() -> None:
+    for chosen in PRESETS.values():
+        model, stream = preset_options(chosen.task, chosen.latency)
+        assert dataclasses.replace(model) == model and isinstance(stream, StreamOptions)
+        assert re.fullmatch(r"(--[a-z0-9-]+( \S+)? ?)*", chosen.flags())
