@@ -95,3 +95,21 @@ def test_presets_are_plain_option_values() -> None:
         model, stream = preset_options(chosen.task, chosen.latency)
         assert dataclasses.replace(model) == model and isinstance(stream, StreamOptions)
         assert re.fullmatch(r"(--[a-z0-9-]+( \S+)? ?)*", chosen.flags())
+
+
+def test_the_server_gives_translate_streams_the_translate_preset() -> None:
+    from simulst.cli.serve import server_config
+    from simulst.server.protocol import StartRequest
+    from simulst.server.service import Service
+    from tests.toy import toy_engine
+
+    args = build_parser().parse_args(["serve", "--latency", "accurate", "--chunk-ms", "800"])
+    config = server_config(args)
+    transcribe = preset_options("transcribe", "accurate", stream=StreamOptions(chunk_ms=800.0))[1]
+    translate = preset_options("translate", "accurate", stream=StreamOptions(chunk_ms=800.0))[1]
+    assert config.options == dataclasses.replace(transcribe, chunk_ms=800.0)
+    assert config.translate_options == dataclasses.replace(translate, chunk_ms=800.0)  # the given flag wins
+    service = Service(toy_engine().model, dataclasses.replace(config, batched=False))
+    assert service.stream_options(StartRequest(16000, "translate")) == config.translate_options
+    assert service.stream_options(StartRequest(16000, "transcribe")) == config.options
+    assert service.stream_options(StartRequest(16000, "translate", chunk_ms=500.0)).chunk_ms == 500.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 import logging
 import os
@@ -87,7 +88,9 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                     max_audio_s=args.max_audio_s or None)
     name = args.model or "whisper-tiny.en"
     return ServerConfig(model_name=Path(name).name if os.sep in name else name,
-                        options=stream_options_from_args(args), limits=limits, max_streams=args.max_streams,
+                        options=stream_options_from_args(copy.copy(args), task="transcribe"),
+                        translate_options=stream_options_from_args(copy.copy(args), task="translate"),
+                        limits=limits, max_streams=args.max_streams,
                         token=args.token, transcripts=Path(args.transcripts) if args.transcripts else None,
                         batched=args.batching == "on" or (args.batching == "auto" and args.device != "cpu"),
                         mt=args.mt, default_language=args.language, allow_origins=tuple(args.allow_origin),

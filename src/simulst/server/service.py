@@ -35,6 +35,8 @@ class ServerConfig:
     Attributes:
         model_name: the name clients see (and may pass as ``model`` to the OpenAI endpoints).
         options: every stream's options; a ``start`` message may change ``chunk_ms``, ``policy`` and ``vad``.
+        translate_options: the options of the streams whose task is ``translate`` (Whisper's X → English: the
+            translate ``--latency`` preset); None: ``options``.
         limits: what clients may send.
         max_streams: the most concurrent streams (websockets and file requests); more are refused.
         token: a shared secret clients must present (None: none needed).
@@ -50,6 +52,7 @@ class ServerConfig:
 
     model_name: str = "whisper-tiny.en"
     options: StreamOptions = field(default_factory=StreamOptions)
+    translate_options: StreamOptions | None = None
     limits: Limits = field(default_factory=Limits)
     max_streams: int = 16
     token: str | None = None
@@ -108,8 +111,10 @@ class Service:
         return bool(getattr(self.model, "multilingual", False))
 
     def stream_options(self, start: StartRequest) -> StreamOptions:
-        """The server's stream options with the client's choices."""
+        """The server's stream options for the request's task, with the client's choices."""
         options = self.config.options
+        if start.task == "translate" and self.config.translate_options is not None:
+            options = self.config.translate_options
         changes: dict[str, Any] = {}
         if start.chunk_ms is not None:
             changes["chunk_ms"] = start.chunk_ms
