@@ -183,6 +183,16 @@ def write_csv(path: Path, rows: Sequence[dict[str, object]], columns: Sequence[s
         writer.writerows(rows)
 
 
+def csv_number(text: str) -> Any:
+    """A CSV cell back as an int or a float where it is one (else the text)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
 def write_report(path: Path, text: str) -> None:
     """Write a Markdown result page, keeping the hand-written ``## Reading`` section of the page it replaces
     (re-check it against the new numbers)."""

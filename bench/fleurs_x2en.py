@@ -29,7 +29,7 @@ from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, machine_note, markdown_table, seconds, write_csv, write_report
+from common import DATA, csv_number, machine_note, markdown_table, seconds, write_csv, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LANGUAGES = ("de", "fr")
@@ -38,16 +38,6 @@ COLUMNS = ["config", "chunk_ms", "guards", "BLEU", "chrF", "AL", "LAAL", "AL_CA"
 
 
 RUN_PREFIX = "* Run "
-
-
-def _number(text: str) -> Any:
-    """A CSV cell back as int / float where it is one."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
 
 
 def items_by_language() -> dict[str, list[TestItem]]:
@@ -138,7 +128,7 @@ def main() -> None:
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def plot(out: str, rows: list[dict[str, Any]]) -> None:

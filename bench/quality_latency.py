@@ -48,7 +48,7 @@ from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_realtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, load_average, machine_note, markdown_table, seconds, write_csv, write_report
+from common import DATA, csv_number, load_average, machine_note, markdown_table, seconds, write_csv, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASKS = ("transcribe", "translate")
@@ -204,7 +204,7 @@ def write(out: Path, task: str, rows: list[dict[str, Any]], note: str, ran: Sequ
     kept: list[dict[str, Any]] = []
     if csv_path.is_file():
         with csv_path.open(encoding="utf-8") as f:
-            kept = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f) if r["task"] != task]
+            kept = [{k: csv_number(v) for k, v in r.items()} for r in csv.DictReader(f) if r["task"] != task]
     all_rows = kept + rows
     old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
     runs = [line for line in old.splitlines() if line.startswith("* Run ")]
@@ -254,16 +254,6 @@ def plot(out: Path, task: str, rows: Sequence[dict[str, Any]]) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _number(text: str) -> Any:
-    """A CSV cell back as an int or a float where it is one."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
 
 
 def _finite(value: Any) -> bool:
