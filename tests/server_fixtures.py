@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import threading
 import time
@@ -12,6 +14,8 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from simulst.server.shutdown import GracefulServer
 
@@ -62,3 +66,16 @@ def serving(app: FastAPI, **config: Any) -> Iterator[Running]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+async def messages(ws: ClientConnection, wait_s: float = 20.0) -> tuple[list[dict[str, Any]], int | None]:
+    """The server's JSON messages until it closes (or ``wait_s`` passes), and the close code."""
+    received: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(wait_s):
+            async for raw in ws:
+                if isinstance(raw, str):
+                    received.append(json.loads(raw))
+    except (ConnectionClosed, TimeoutError):
+        pass
+    return received, ws.close_code

@@ -28,7 +28,7 @@ from simulst.server.app import create_app
 from simulst.server.client import ClientResult, pcm16, stream_audio
 from simulst.server.protocol import Limits, StartRequest
 from simulst.server.service import OpenedStream, ServerConfig, Service
-from tests.server_fixtures import Running, serving
+from tests.server_fixtures import Running, messages, serving
 from tests.shared_assets import JFK, needs_shared
 from tests.shared_assets import JFK_PHRASE as PHRASE
 
@@ -97,21 +97,13 @@ def run(coro: Any) -> Any:
 async def exchange(url: str, sends: list[str | bytes], wait_s: float = 20.0, headers: dict[str, str] | None = None,
                    subprotocols: list[str] | None = None) -> tuple[list[dict[str, Any]], int | None]:
     """Send messages, then collect the server's messages until it closes; returns them and the close code."""
-    received: list[dict[str, Any]] = []
     async with connect(url, additional_headers=headers, subprotocols=subprotocols) as ws:  # type: ignore[arg-type]
         try:
             for message in sends:
                 await ws.send(message)
         except ConnectionClosed:
             pass  # (the server may refuse before reading everything; its messages are still read below)
-        try:
-            async with asyncio.timeout(wait_s):
-                async for raw in ws:
-                    if isinstance(raw, str):
-                        received.append(json.loads(raw))
-        except (ConnectionClosed, TimeoutError):
-            pass  # closed, or still open after wait_s
-        return received, ws.close_code
+        return await messages(ws, wait_s)  # until it closes, or still open after wait_s
 
 
 # ------------------------------------------------------------------------------------------- a good stream

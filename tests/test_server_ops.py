@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from simulst.models.loading import load_model
@@ -39,7 +39,7 @@ from simulst.server.metrics import stream_average_lagging
 from simulst.server.protocol import Limits
 from simulst.server.service import ServerConfig, Service
 from simulst.types import Emission
-from tests.server_fixtures import Running, free_port, serving
+from tests.server_fixtures import Running, free_port, messages, serving
 from tests.shared_assets import JFK_PHRASE, needs_shared
 
 TOKEN = "ops-s3cret-7f3a"
@@ -65,19 +65,6 @@ def rss_mb() -> float:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-async def messages(ws: ClientConnection, wait_s: float = 20.0) -> tuple[list[dict[str, Any]], int | None]:
-    """The server's JSON messages until it closes (or ``wait_s`` passes), and the close code."""
-    received: list[dict[str, Any]] = []
-    try:
-        async with asyncio.timeout(wait_s):
-            async for raw in ws:
-                if isinstance(raw, str):
-                    received.append(json.loads(raw))
-    except (ConnectionClosed, TimeoutError):
-        pass
-    return received, ws.close_code
 
 
 async def exchange(url: str, sends: list[str | bytes], **options: Any) -> tuple[list[dict[str, Any]], int | None]:
