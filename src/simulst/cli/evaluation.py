@@ -8,6 +8,7 @@
     simulst score runs/talks --long-form --references refs.txt --segmentation talks.yaml  # one instance per talk
     simulst sweep ../shared/data/jfk.tsv ../shared/data/fleurs-en-dev.tsv --output bench/results/sweep \\
         --policies la-2 hold-6 offline --chunks 500 1000 --jobs 2
+    simulst sweep ... --cluster ray [--ray-address HOST:6379]                    # on a Ray cluster (docs/cluster.md)
 
 Bad inputs raise :class:`~simulst.errors.SimulstError` subclasses; the CLI prints them and exits with 2.
 """
@@ -24,6 +25,7 @@ from typing import Any
 from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
 from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
 from simulst.errors import OptionError
+from simulst.evaluation.cluster import ClusterOptions, ClusterRun, run_on_cluster
 from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
 from simulst.evaluation.longform import (
     LONGFORM_METRICS,
@@ -37,7 +39,14 @@ from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
 from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, format_table, score_log, write_scores
-from simulst.evaluation.sweep import build_grid, parse_grid, quality_metric_for, run_sweep, write_table
+from simulst.evaluation.sweep import (
+    build_grid,
+    parse_grid,
+    quality_metric_for,
+    run_sweep,
+    run_sweep_on_cluster,
+    write_table,
+)
 from simulst.streaming.engine import Engine, SpeechEngine
 
 
@@ -97,7 +106,22 @@ def _add_run_parser(subparsers: Any, name: str, text: str, multiple: bool, outpu
     add_stream_arguments(p)
     _add_task_argument(p)
     add_cascade_arguments(p, speech=False)
+    _add_cluster_arguments(p)
     return p
+
+
+def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("cluster (simulst[ray]: one task per configuration and utterance)")
+    group.add_argument("--cluster", choices=("local", "ray"), default="local",
+                       help="local (default): this process (sweep: --jobs processes); ray: tasks on a Ray cluster, "
+                            "whose workers each load the model once; outputs land here as a local run's")
+    group.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="the Ray cluster (host:port, ray://host:10001, auto); default $RAY_ADDRESS, else a "
+                            "local cluster started for this run")
+    group.add_argument("--ray-cpus-per-task", type=float, default=1.0, metavar="N",
+                       help="CPUs each task reserves, its worker's torch threads (default 1)")
+    group.add_argument("--ray-retries", type=int, default=3, metavar="N",
+                       help="reruns of a task whose worker died (default 3); a task that still fails is reported")
 
 
 def _add_test_set_arguments(p: argparse.ArgumentParser, multiple: bool) -> None:
@@ -281,13 +305,36 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     return SpeechEngine.load(model_options_from_args(args, task=args.task))
 
 
+def cluster_from_args(args: argparse.Namespace, jobs: int = 1) -> ClusterOptions | None:
+    """The Ray cluster options of ``--cluster ray`` (None: a local run); checks the flags that do not go with it
+    (``jobs``: a sweep's ``--jobs``)."""
+    if args.cluster == "local":
+        given = [flag for flag, value, default in (("--ray-address", args.ray_address, None),
+                                                   ("--ray-cpus-per-task", args.ray_cpus_per_task, 1.0),
+                                                   ("--ray-retries", args.ray_retries, 3)) if value != default]
+        if given:
+            raise OptionError(f"{', '.join(given)} go with --cluster ray")
+        return None
+    if args.to:
+        raise OptionError("a cascade (--to) runs locally: drop --cluster ray")
+    if jobs != 1:
+        raise OptionError("--jobs is for local sweeps; on a cluster every CPU runs tasks")
+    return ClusterOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, retries=args.ray_retries)
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """``simulst eval``: run the test set, write the folder, print the scores."""
     items = items_from_args(args)
     options = stream_options_from_args(args)
     eval_options = eval_options_from_args(args, resume=not args.overwrite)
-    engine = engine_from_args(args)
     info = {"argv": sys.argv[1:], "task": args.task, "device": args.device}
+    cluster = cluster_from_args(args)
+    if cluster is not None:
+        model = model_options_from_args(args, task=args.task)
+        run = ClusterRun(options, Path(args.output), info)
+        _print_report(run_on_cluster(model, [run], items, eval_options, cluster)[0], args.json)
+        return 0
+    engine = engine_from_args(args)
     config = make_run_config(engine.describe(), options, items, eval_options, info)
     report = run_eval(engine, options, items, args.output, eval_options, config)
     _print_report(report, args.json)
@@ -318,6 +365,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     points = build_grid(base, args.policies or [args.policy], args.chunks or [], args.searches or [],
                         parse_grid(args.grid))
     eval_options = eval_options_from_args(args)
+    cluster = cluster_from_args(args, args.jobs)
     if args.jobs > 1 and args.to:
         raise OptionError("cascade sweeps (--to) run in one process: use --jobs 1")
     if args.jobs > 1:  # every worker loads the model from the same options, built once here
@@ -333,7 +381,11 @@ def sweep_command(args: argparse.Namespace) -> int:
                           if isinstance(scores.get(k), int | float))
         print(f"[sweep] {point.label}: {shown}", file=sys.stderr, flush=True)
 
-    rows = run_sweep(factory, points, items, args.output, eval_options, args.jobs, report)
+    if cluster is not None:
+        rows = run_sweep_on_cluster(model_options_from_args(args, task=args.task), points, items, args.output,
+                                    eval_options, cluster, report)
+    else:
+        rows = run_sweep(factory, points, items, args.output, eval_options, args.jobs, report)
     preferred = args.plot_quality or ("WER_whisper" if args.task == "transcribe" else None)
     quality = quality_metric_for(rows, preferred)
     shown_quality = [q for q in ("BLEU", "chrF", "WER_whisper", "WER_norm") if q in rows[0]]

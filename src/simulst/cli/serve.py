@@ -1,19 +1,35 @@
-"""``simulst serve``: the streaming server (:mod:`simulst.server`) on uvicorn."""
+"""``simulst serve``: the streaming server (:mod:`simulst.server`) on uvicorn, or with ``--cluster ray`` on Ray
+Serve (:mod:`simulst.server.cluster`, imported only then: Ray is an optional extra, ``simulst[ray]``)."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import ipaddress
 import logging
 import os
+import re
+import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
+from simulst.cli.options import (
+    add_stream_arguments,
+    model_from_args,
+    model_options_from_args,
+    stream_options_from_args,
+)
 from simulst.errors import OptionError
+from simulst.models.catalog import is_catalog_name
 from simulst.server.protocol import Limits
 from simulst.server.service import ServerConfig
+
+if TYPE_CHECKING:
+    from simulst.server.cluster import Scaling
+
+CLUSTER_FLAGS = ("--ray-address", "--replicas", "--autoscale", "--replica-cpus")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +77,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     access.add_argument("--shutdown-grace-s", type=float, default=10.0,
                         help="on SIGTERM / Ctrl-C, how long open streams get to finish: each is ended as if its "
                              "client had sent 'end' and gets its final (default 10)")
+    cluster = p.add_argument_group("cluster (Ray Serve; docs/cluster-serve.md)")
+    cluster.add_argument("--cluster", choices=("local", "ray"), default="local",
+                         help="local (default): one process on this machine; ray: the same app deployed on Ray "
+                              "Serve, as replicas that each load the model (needs simulst[ray])")
+    cluster.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                         help="the Ray cluster to deploy on (HOST:PORT of its head, or ray://HOST:10001); default: "
+                              "$RAY_ADDRESS, else a Ray instance started on this machine for the server's life")
+    cluster.add_argument("--replicas", type=int, default=None, metavar="N",
+                         help="replicas, each with its own model and its own --max-streams streams (default 1)")
+    cluster.add_argument("--autoscale", default=None, metavar="MIN:MAX",
+                         help="instead of --replicas: from MIN to MAX replicas, scaled by the open streams per "
+                              "replica")
+    cluster.add_argument("--replica-cpus", type=float, default=None, metavar="CPUS",
+                         help="Ray CPUs per replica, and its torch threads (default 1)")
     add_stream_arguments(p)
     p.set_defaults(func=run_serve)
 
@@ -98,8 +128,47 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         shutdown_grace_s=args.shutdown_grace_s)
 
 
+def cluster_scaling(args: argparse.Namespace) -> Scaling | None:
+    """The replicas of ``--cluster ray`` (None: one local process), validated; raises ``OptionError``."""
+    values = (args.ray_address, args.replicas, args.autoscale, args.replica_cpus)
+    given = [flag for flag, value in zip(CLUSTER_FLAGS, values, strict=True) if value is not None]
+    if args.cluster != "ray":
+        if given:
+            raise OptionError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --cluster ray")
+        return None
+    if args.replicas is not None and args.autoscale is not None:
+        raise OptionError("give --replicas N or --autoscale MIN:MAX, not both")
+    if args.replicas is not None and args.replicas < 1:
+        raise OptionError(f"--replicas must be >= 1, got {args.replicas}")
+    cpus = 1.0 if args.replica_cpus is None else args.replica_cpus
+    if not cpus > 0:
+        raise OptionError(f"--replica-cpus must be > 0, got {args.replica_cpus}")
+    autoscale = None
+    if args.autoscale is not None:
+        match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", args.autoscale)
+        if match is None:
+            raise OptionError(f"--autoscale takes MIN:MAX replicas, e.g. 1:4; got {args.autoscale!r}")
+        low, high = int(match[1]), int(match[2])
+        if not 1 <= low <= high:
+            raise OptionError(f"--autoscale MIN:MAX needs 1 <= MIN <= MAX, got {args.autoscale!r}")
+        autoscale = (low, high)
+    from simulst.server.cluster import Scaling  # (plain data; the module imports Ray, checked by run_serve)
+
+    return Scaling(replicas=args.replicas or 1, autoscale=autoscale, replica_cpus=cpus)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model and serve until interrupted (SIGTERM / SIGINT: a graceful shutdown)."""
+    if args.cluster == "ray":
+        _require_ray()
+    scaling = cluster_scaling(args)
+    config = server_config(args)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.token is None and not _loopback(args.host):
+        print(f"simulst: warning: serving on {args.host} without --token: anyone who reaches it can use it",
+              file=sys.stderr)
+    if scaling is not None:
+        return _run_cluster(args, config, scaling)
     import uvicorn  # lazy: only the server needs it
 
     from simulst.server import accesslog
@@ -107,11 +176,6 @@ def run_serve(args: argparse.Namespace) -> int:
     from simulst.server.service import Service
     from simulst.server.shutdown import GracefulServer
 
-    config = server_config(args)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.token is None and not _loopback(args.host):
-        print(f"simulst: warning: serving on {args.host} without --token: anyone who reaches it can use it",
-              file=sys.stderr)
     model = model_from_args(args, task="transcribe")
     app = create_app(Service(model, config))
     limits = config.limits
@@ -125,6 +189,64 @@ def run_serve(args: argparse.Namespace) -> int:
           f"OpenAI /v1/audio/transcriptions, /metrics); Ctrl-C stops", file=sys.stderr, flush=True)
     GracefulServer(uvicorn_config, app.state.hub.drain, config.shutdown_grace_s).run()
     return 0
+
+
+def _require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+    except ImportError as err:
+        raise OptionError(f"--cluster ray needs Ray Serve ({err}): pip install 'simulst[ray]'") from err
+
+
+def _run_cluster(args: argparse.Namespace, config: ServerConfig, scaling: Scaling) -> int:
+    """Deploy on Ray Serve and serve until SIGINT / SIGTERM, then drain the replicas and shut down."""
+    from simulst.server.cluster import ClusterServer
+
+    # (a replica's working directory is not this one: paths are made absolute)
+    if args.model and Path(args.model).exists() and not is_catalog_name(args.model):
+        args.model = str(Path(args.model).resolve())
+    if args.ctc_head and Path(args.ctc_head).exists():
+        args.ctc_head = str(Path(args.ctc_head).resolve())
+    if config.transcripts is not None:
+        config = dataclasses.replace(config, transcripts=config.transcripts.resolve())
+    model = model_options_from_args(args, task="transcribe")  # (each replica loads it)
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    scheme = "https" if args.ssl_certfile else "http"
+    where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+    print(f"simulst: deploying {config.model_name} on {where}: {scaling.describe()}", file=sys.stderr, flush=True)
+    server = ClusterServer(config, model, scaling, args.host, args.port, address, args.ssl_certfile,
+                           args.ssl_keyfile)
+    print(f"simulst: serving {config.model_name} on Ray Serve at {scheme}://{args.host}:{args.port}/ (websocket "
+          f"/ws, OpenAI /v1/audio/transcriptions, /health and /metrics of every replica); Ctrl-C stops",
+          file=sys.stderr, flush=True)
+    server.run_until_signalled()
+    return 0
+
+
+def ray_app(args: dict[str, Any]) -> Any:
+    """The Serve application of a Serve config file (``serve run`` / ``serve deploy``, KubeRay's ``RayService``):
+    ``import_path: simulst.cli.serve:ray_app`` with ``args: {flags: "--replicas 2 --max-streams 4 ..."}``, the
+    flags of ``simulst serve --cluster ray`` (the config's ``http_options`` place the proxy: ``--host``,
+    ``--port``, TLS and ``--ray-address`` do not apply)."""
+    from simulst.server.cluster import application
+
+    unknown = sorted(set(args) - {"flags"})
+    if unknown:
+        raise OptionError(f"unknown argument(s) {', '.join(unknown)}: give the serve flags as args.flags")
+    parser = _RaisingParser(prog="simulst")
+    register(parser.add_subparsers())
+    parsed = parser.parse_args(["serve", "--cluster", "ray", *shlex.split(str(args.get("flags", "")))])
+    scaling = cluster_scaling(parsed)
+    assert scaling is not None
+    return application(server_config(parsed), model_options_from_args(parsed, task="transcribe"), scaling)
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """A parser whose errors raise ``OptionError`` (a Serve config's flags are parsed inside Ray, not a shell)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise OptionError(f"simulst serve flags: {message}")
 
 
 def _loopback(host: str) -> bool:

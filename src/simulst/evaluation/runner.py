@@ -35,7 +35,14 @@ from tqdm import tqdm
 from simulst.audio.io import load_audio
 from simulst.config import StreamOptions
 from simulst.errors import OptionError
-from simulst.evaluation.instances import LOG_NAME, SIMULST_KEY, InstanceRecord, append_record, repair_log
+from simulst.evaluation.instances import (
+    LOG_NAME,
+    SIMULST_KEY,
+    InstanceRecord,
+    append_record,
+    repair_log,
+    write_log,
+)
 from simulst.evaluation.latency import LATENCY_UNITS, PieceEncoder
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, load_spm, score_records, write_scores
@@ -259,6 +266,49 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
         )
 
 
+def open_run(
+    out_dir: str | Path, config: RunConfig, n_items: int, eval_options: EvalOptions
+) -> set[int]:
+    """Prepare an output folder for a run (created if needed): check that a resumed log belongs to this run,
+    repair it, write ``config.json`` / ``config.yaml``; returns the indices already in the log.
+
+    Raises:
+        OptionError: the folder holds a run with other settings, or a log with more instances than ``n_items``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / LOG_NAME
+    if eval_options.resume:
+        _check_resumable(out, config)
+        done = {rec.index for rec in repair_log(log)}
+    else:
+        log.write_text("", encoding="utf-8")
+        done = set()
+    unknown = sorted(i for i in done if i >= n_items)
+    if unknown:
+        raise OptionError(f"{log} has instances {unknown[:5]} beyond the {n_items} of this test set")
+    (out / CONFIG_JSON).write_text(
+        json.dumps({"run": config.run, "info": config.info}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / CONFIG_YAML).write_text("source_type: speech\ntarget_type: text\n", encoding="utf-8")
+    return done
+
+
+def close_run(out_dir: str | Path, eval_options: EvalOptions) -> ScoreReport:
+    """Score a folder's log (written in any order: it is rewritten in index order first) and write the scores."""
+    out = Path(out_dir)
+    log = out / LOG_NAME
+    records = repair_log(log)
+    ordered = sorted(records, key=lambda r: r.index)
+    if [r.index for r in ordered] != [r.index for r in records]:
+        partial = log.with_name(LOG_NAME + ".sorting")
+        write_log(partial, ordered)
+        partial.replace(log)  # (atomic: an interruption leaves the log as it was)
+    report = score_records(ordered, eval_options.score_options())
+    write_scores(out, report)
+    return report
+
+
 def run_eval(
     engine: Engine,
     options: StreamOptions,
@@ -284,21 +334,8 @@ def run_eval(
         raise OptionError("the test set is empty")
     config = config or make_run_config(None, options, items, eval_options)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    done = open_run(out, config, len(items), eval_options)
     log = out / LOG_NAME
-    if eval_options.resume:
-        _check_resumable(out, config)
-        done = {rec.index for rec in repair_log(log)}
-    else:
-        log.write_text("", encoding="utf-8")
-        done = set()
-    unknown = sorted(i for i in done if i >= len(items))
-    if unknown:
-        raise OptionError(f"{log} has instances {unknown[:5]} beyond the {len(items)} of this test set")
-    (out / CONFIG_JSON).write_text(
-        json.dumps({"run": config.run, "info": config.info}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    (out / CONFIG_YAML).write_text("source_type: speech\ntarget_type: text\n", encoding="utf-8")
     spm = load_spm(eval_options.spm_model) if eval_options.latency_unit == "spm" and eval_options.spm_model else None
 
     todo = [i for i in range(len(items)) if i not in done]
@@ -308,7 +345,4 @@ def run_eval(
             record = run_instance(engine, options, items[index], index, eval_options, load, spm)
             append_record(log, record)
             bar.update(1)
-    records = repair_log(log)
-    report = score_records(records, eval_options.score_options())
-    write_scores(out, report)
-    return report
+    return close_run(out, eval_options)

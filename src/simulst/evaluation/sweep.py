@@ -7,7 +7,8 @@ is an ordinary, resumable ``simulst eval`` folder under ``OUT/runs/<label>/``; t
 
 With ``jobs == 1`` the model is loaded once and reused by every configuration; with ``jobs > 1`` each worker
 process loads it once and runs configurations in parallel (computation-aware numbers then include the
-contention between workers: compare ``_CA`` metrics only between sweeps run alike).
+contention between workers: compare ``_CA`` metrics only between sweeps run alike). :func:`run_sweep_on_cluster`
+spreads the (configuration, utterance) pairs over a Ray cluster instead.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from typing import Any
 
 import torch
 
-from simulst.config import PolicyOptions, StreamOptions
+from simulst.config import ModelOptions, PolicyOptions, StreamOptions
 from simulst.errors import OptionError
+from simulst.evaluation.cluster import ClusterOptions, ClusterRun, run_on_cluster
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
+from simulst.evaluation.scoring import ScoreReport
 from simulst.streaming.engine import Engine
 
 logger = logging.getLogger(__name__)
@@ -266,6 +269,34 @@ def run_sweep(
                 if progress:
                     progress(points[i], results[i])
     return [_row(point, results[i]) for i, point in enumerate(points)]
+
+
+def run_sweep_on_cluster(
+    model: ModelOptions,
+    points: Sequence[SweepPoint],
+    items: Sequence[TestItem],
+    out_dir: str | Path,
+    eval_options: EvalOptions | None = None,
+    cluster: ClusterOptions | None = None,
+    progress: Callable[[SweepPoint, Mapping[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`run_sweep` on a Ray cluster (:mod:`simulst.evaluation.cluster`): one task per (point, utterance),
+    the same folders and rows as a local sweep.
+
+    Raises:
+        ClusterRunError: instances that failed after their retries (every other point is written and scored).
+    """
+    if not points:
+        raise OptionError("the sweep grid is empty")
+    runs_dir = Path(out_dir) / "runs"
+    runs = [ClusterRun(p.options, runs_dir / p.dirname, {"sweep_label": p.label}) for p in points]
+
+    def report(r: int, scores: ScoreReport) -> None:
+        if progress:
+            progress(points[r], scores.scores)
+
+    reports = run_on_cluster(model, runs, items, eval_options, cluster, report)
+    return [_row(point, dict(rep.scores)) for point, rep in zip(points, reports, strict=True)]
 
 
 def quality_metric_for(rows: Sequence[Mapping[str, Any]], preferred: str | None = None) -> str:

@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, Response
@@ -56,30 +58,64 @@ TOKEN_HELP = ("send it as an 'Authorization: Bearer TOKEN' header or, from a bro
               "'bearer.TOKEN' beside 'simulst'")
 
 
+class Peers(Protocol):
+    """The other replicas of a cluster deployment, as one replica sees them (:mod:`simulst.server.cluster`):
+    ``/health`` and ``/metrics`` answer for all of them."""
+
+    async def health(self, own: dict[str, Any]) -> dict[str, Any]:
+        """The whole deployment's health, given this replica's own (:meth:`Hub.health`)."""
+        ...
+
+    async def metrics(self, own: bytes) -> bytes:
+        """The whole deployment's metrics, given this replica's own exposition text."""
+        ...
+
+
+def process_name() -> str:
+    """The name of a one-process server in ``ready`` messages and ``/health``: ``<hostname>:<pid>``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 @dataclass
 class Hub:
-    """What the routes share: the model's service, the scheduler, the counters and the open streams."""
+    """What the routes share: the model's service, the scheduler, the counters and the open streams; the name of
+    the process (a cluster's replica) that serves them, and that cluster's other replicas (None: one process)."""
 
     service: Service
     scheduler: Scheduler
     clients: ClientCounter
     streams: OpenStreams
     metrics: Metrics
+    replica: str
+    peers: Peers | None = None
 
     async def drain(self, grace_s: float) -> None:
         """End every open stream (each gets its final) and wait for the uploads, at most ``grace_s``."""
         await self.streams.drain(grace_s, lambda: bool(self.scheduler.slots))
 
+    def health(self) -> dict[str, Any]:
+        """This process's health: its open streams (websockets and uploads), jobs run, batching statistics."""
+        stats = getattr(self.service.runner, "stats", None)
+        return {"status": "ok", "replica": self.replica, "streams": len(self.scheduler.slots),
+                "capacity": self.scheduler.max_streams, "jobs": self.scheduler.jobs,
+                "batching": dataclasses.asdict(stats) if stats is not None else None}
 
-def create_app(service: Service) -> FastAPI:
+
+def create_app(service: Service, replica: str | None = None, peers: Peers | None = None) -> FastAPI:
     """The app serving ``service``'s model (one scheduler, started with the app). ``app.state.hub.drain`` ends its
     streams gracefully (:class:`~simulst.server.shutdown.GracefulServer` calls it before uvicorn's shutdown; the
-    lifespan's end calls it too)."""
+    lifespan's end calls it too).
+
+    Args:
+        service: the loaded model.
+        replica: the name of this process in ``ready`` messages and ``/health`` (None: :func:`process_name`).
+        peers: a cluster's other replicas, for ``/health`` and ``/metrics`` (None: this process alone).
+    """
     config = service.config
     scheduler = Scheduler(service.runner, config.max_streams)
     streams = OpenStreams()
     hub = Hub(service, scheduler, ClientCounter(config.max_per_client), streams,
-              Metrics(scheduler, lambda: streams.waiting))
+              Metrics(scheduler, lambda: streams.waiting), replica or process_name(), peers)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -103,16 +139,16 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        stats = getattr(service.runner, "stats", None)
-        return {"status": "ok", "streams": len(scheduler.slots), "jobs": scheduler.jobs,
-                "batching": dataclasses.asdict(stats) if stats is not None else None}
+        own = hub.health()
+        return own if hub.peers is None else await hub.peers.health(own)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
         if not authorized(service, bearer(request.headers.get("authorization"))):
             return json_error(401, "a valid token is needed for /metrics: send it as an 'Authorization: Bearer "
                                    "TOKEN' header")
-        return Response(hub.metrics.render(), media_type=CONTENT_TYPE)
+        own = hub.metrics.render()
+        return Response(own if hub.peers is None else await hub.peers.metrics(own), media_type=CONTENT_TYPE)
 
     @app.websocket("/ws")
     async def stream(websocket: WebSocket) -> None:
@@ -255,7 +291,7 @@ class StreamConnection:
         scheduler.add(slot)
         log.info("stream %s from %s: %s", slot.id, self.peer, start)
         await self.ws.send_json({"type": "ready", "stream": slot.id, "sample_rate": service.sample_rate,
-                                 "channels": list(opened.channels)})
+                                 "channels": list(opened.channels), "replica": hub.replica})
         sender = asyncio.create_task(_send(self.ws, slot))
         receiving = asyncio.create_task(self._receive(slot))
         stop = asyncio.create_task(stopping.wait())

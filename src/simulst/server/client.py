@@ -18,6 +18,8 @@ import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+ABNORMAL_CLOSURE = 1006  # the connection dropped without a close frame (RFC 6455, section 7.4.1)
+
 
 @dataclass
 class ClientResult:
@@ -28,7 +30,9 @@ class ClientResult:
         emissions: the ``emission`` messages, each with ``received_ms``: the client's clock since its first audio
             frame was sent.
         final: the ``final`` message (None: none came).
-        error: the ``error`` message's text (None: none came).
+        error: the ``error`` message's text; or, for a stream that ended without its final and without an error
+            message (the server, or the cluster replica serving the stream, went away), what happened (None: the
+            stream ended normally).
         speech: the speech frames received (16-bit PCM bytes).
         close_code: the websocket close code.
     """
@@ -96,7 +100,17 @@ async def stream_audio(
         except ConnectionClosed:
             pass  # the server closed the stream (its error message is read by the receiver)
         await receiver
+    if result.final is None and result.error is None:
+        result.error = ended_early(result.ready or {}, result.close_code, ws.close_reason)
     return result
+
+
+def ended_early(ready: dict[str, Any], code: int | None, reason: str | None) -> str:
+    """What to tell the user of a stream that ended without its final and without an error message."""
+    replica = ready.get("replica")
+    why = f"code {code}" + (f": {reason}" if reason else "") + (", no close frame" if code == ABNORMAL_CLOSURE else "")
+    return (f"the stream ended without its final: the connection closed ({why}); the server, or the replica "
+            f"serving this stream{f' ({replica})' if replica else ''}, went away")
 
 
 async def _receive(ws: Any, result: ClientResult, began: float) -> None:

@@ -11,7 +11,8 @@ Client → server::
 
 Server → client::
 
-    {"type": "ready", "stream": ID, "sample_rate": 16000, "channels": ["source"] | ["target"] | ["source", "target"]}
+    {"type": "ready", "stream": ID, "sample_rate": 16000, "channels": ["source"] | ["target"] | ["source", "target"],
+     "replica": NAME}  (the process, or the Ray Serve replica, serving the stream for its whole life)
     {"type": "emission", "channel": "source" | "target", "text", "source_ms", "elapsed_ms", "start_ms", "end_ms",
      "final"}
     {"type": "speech", "sample_rate", "samples", "text"} followed by one binary frame (16-bit PCM) of that speech

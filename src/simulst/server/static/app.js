@@ -246,6 +246,7 @@ class Stream {
     this.input = input;
     this.state = "connecting"; // → streaming → finishing → finished, or error
     this.channels = [];
+    this.replica = null;
     this.texts = { source: "", target: "" }; // committed text per channel
     this.finals = {}; // the final text per channel
     this.firstFrameAt = null; // performance.now() when the first audio frame was sent
@@ -268,6 +269,7 @@ class Stream {
     switch (message.type) {
       case "ready":
         this.channels = message.channels;
+        this.replica = message.replica; // the server process (or cluster replica) serving this stream
         this.state = "streaming";
         setStatus("streaming", "streaming");
         showChannels(message.channels);
@@ -330,7 +332,15 @@ class Stream {
     if (this.active) {
       this.state = "error";
       setStatus("error", "error");
-      showError(`the connection closed before the end (code ${event.code}${event.reason ? `: ${event.reason}` : ""})`);
+      const how = `code ${event.code}${event.reason ? `: ${event.reason}` : ""}`;
+      // (a server process or cluster replica that dies closes its streams without a final: code 1006 or 1011)
+      const replica = this.replica ? ` (${this.replica})` : "";
+      showError(
+        this.channels.length === 0
+          ? `the connection closed before the stream started (${how})`
+          : `the stream ended without its final: the connection closed (${how}); the server, or the replica ` +
+              `serving this stream${replica}, went away`,
+      );
     }
     setRunning(false);
   }

@@ -1,0 +1,120 @@
+"""Does a translate preset track offline decoding on speech it was not chosen on?
+
+The translate presets were chosen on the fleurs-multi de + fr utterances (the only ones with English references
+in ``../shared/data``). The es + pt utterances of the same set have no English reference, so they cannot give a
+BLEU; they can still show whether a streaming configuration reproduces what the same model writes offline. This
+script streams the es + pt utterances (20) with ``bench/quality_latency.py``'s configurations and scores each
+against the **offline output** as its reference (BLEU / chrF "agreement with offline"), with the paired bootstrap
+95 % interval of the difference between two configurations over utterances. It also scores the de + fr logs of
+``quality_latency.py`` the same way, so a reader sees whether agreement ranks the configurations as the real
+references do there.
+
+Agreement is a proxy (offline decoding is not always right); it is used here only to check on other speech a
+choice made on de + fr, never to choose.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/translate_agreement.py [--configs offline,before,balanced,...]
+
+Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
+``bench/results/quality_latency/translate_es_pt/<config>/instances.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from simulst.evaluation.bootstrap import paired_bootstrap
+from simulst.evaluation.instances import InstanceRecord, read_log, write_log
+from simulst.evaluation.manifest import TestItem
+from simulst.evaluation.quality import bleu, chrf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DATA, load_average, machine_note, markdown_table, write_report
+from quality_latency import RESULTS, configs, run
+
+LANGS = ("es", "pt")
+PAIRS = (("before", "balanced"), ("before", "accurate"), ("before", "low"), ("low", "balanced"))
+
+
+def items(langs: Sequence[str]) -> list[tuple[str, TestItem]]:
+    """The fleurs-multi utterances of ``langs``, without references (they have no English one)."""
+    out = []
+    for line in (DATA / "fleurs-multi.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        uid, audio, duration, _transcript, lang = line.split("\t")[:5]
+        if lang in langs:
+            out.append((lang, TestItem(uid, DATA / audio, None, float(duration), "en")))
+    return out
+
+
+def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str) -> list[dict[str, object]]:
+    """Per configuration: BLEU / chrF against the offline outputs; per pair: the paired bootstrap interval."""
+    offline = [r.prediction for r in logs["offline"]]
+    rows: list[dict[str, object]] = []
+    for name, records in logs.items():
+        if name == "offline":
+            continue
+        hyps = [r.prediction for r in records]
+        rows.append({"data": data, "config": name, "n": len(hyps),
+                     "BLEU_vs_offline": bleu(hyps, offline), "chrF_vs_offline": chrf(hyps, offline)})
+    for a, b in PAIRS:
+        if a in logs and b in logs:
+            row: dict[str, object] = {"data": data, "config": f"{b} − {a}", "n": len(offline)}
+            for metric in ("BLEU", "chrF"):
+                row[f"{metric}_vs_offline"] = paired_bootstrap(
+                    metric, [r.prediction for r in logs[a]], [r.prediction for r in logs[b]], offline).describe()
+            rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default="offline,before,low,balanced,accurate")
+    parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
+    args = parser.parse_args()
+    load_before = load_average()
+    table = configs("translate")
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    if "offline" not in names:
+        names.insert(0, "offline")
+    root = RESULTS / "quality_latency"
+    logs: dict[str, list[InstanceRecord]] = {}
+    for name in names:
+        path = root / "translate_es_pt" / name / "instances.log"
+        if args.rescore:
+            logs[name] = read_log(path)
+            continue
+        started = time.perf_counter()
+        logs[name] = run("translate", table[name], items(LANGS), realtime=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_log(path, logs[name])
+        print(f"es+pt {name}: {time.perf_counter() - started:.0f} s", flush=True)
+    dev = {name: read_log(root / "translate" / name / "instances.log") for name in names
+           if (root / "translate" / name / "instances.log").is_file()}
+    references = [r.reference or "" for r in dev["offline"]]
+    rows = agreement_rows(logs, "es+pt (not tuned on)") + agreement_rows(dev, "de+fr (tuned on)")
+    for row in rows:  # on de + fr the real references too, to compare the proxy's ranking with theirs
+        config = str(row["config"])
+        if str(row["data"]).startswith("de+fr") and config in dev:
+            row["BLEU_vs_reference"] = bleu([r.prediction for r in dev[config]], references)
+    page = RESULTS / "translate_agreement.md"
+    old_runs = [line for line in (page.read_text(encoding="utf-8") if page.is_file() else "").splitlines()
+                if line.startswith("* Run")]
+    run_note = old_runs[0] if args.rescore and old_runs else f"* Run: {', '.join(names)}: {machine_note(load_before)}."
+    header = (
+        "# Translate presets against offline decoding, on speech they were not chosen on\n\n"
+        "Written by `bench/translate_agreement.py` (its docstring says why and how). BLEU / chrF_vs_offline: "
+        "sacreBLEU of each configuration's outputs with Whisper base's offline outputs of the same utterances as "
+        "the references; rows `B − A`: the paired bootstrap 95 % interval of that difference over utterances "
+        "(1000 resamples). BLEU_vs_reference: against the real English references (de + fr only).\n\n"
+        f"{run_note}\n\n"
+    )
+    columns = ["data", "config", "n", "BLEU_vs_offline", "chrF_vs_offline", "BLEU_vs_reference"]
+    write_report(page, header + markdown_table(rows, columns))
+    print(page.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
