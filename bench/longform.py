@@ -1,11 +1,25 @@
-"""Long-form streaming: a 10-minute English talk (and the German talk, X→English) through one stream.
+"""Long-form streaming: a 10-minute English talk, the 5 LibriSpeech readings (and the German talk, X→English), each
+talk through one stream.
 
 Needs the talks of ``bench/longform_sets.py`` (run it first). Writes ``bench/results/longform.md`` (+ ``.csv``, and
-``longform.png``): per configuration, the stream's WER (or BLEU) after resegmenting its output onto the reference
-sentences (``simulst.evaluation.longform``, equal to OmniSTEval), StreamLAAL / StreamLAAL_CA, and for every minute
-of the talk: the mean StreamLAAL and StreamLAAL_CA of the sentences that start in it, the p50 / p95 compute of a
-chunk decode, and the process's resident memory (RSS) at the end of the minute. The per-utterance offline score of
-the same model on the same sentences is the reference point.
+``longform.png``; ``--out`` writes them elsewhere): per configuration, the stream's WER (or BLEU) after resegmenting
+its output onto the reference sentences (``simulst.evaluation.longform``, equal to OmniSTEval), StreamLAAL /
+StreamLAAL_CA, and for every minute of the talk: the mean StreamLAAL and StreamLAAL_CA of the sentences that start
+in it, the p50 / p95 compute of a chunk decode, and the process's resident memory (RSS) at the end of the minute.
+The per-utterance offline score of the same model on the same sentences is the reference point. English quality is
+WER after Whisper's EnglishTextNormalizer (``WER_whisper``), with the project's own normalisation (``WER_norm``,
+the quality column before) beside it; ``vs_default``: the paired bootstrap interval (95 %, over the reference
+sentences) of the run's quality minus that of the same talk's ``default`` run on the same clock, when the runs
+include it.
+
+A run's talk may be a set of several talks (``ls``: the 5 LibriSpeech readings of about 77 s, one wav each): each
+talk is streamed on its own (a fresh stream, its own clock from 0), and the set is scored as one
+(:func:`~simulst.evaluation.longform.score_longform` with one record per talk: quality is the corpus score over all
+its sentences, StreamLAAL the mean over all its sentences). Its per-minute series are pooled over the talks: minute
+m holds the sentences that start in minute m of their own talk and the decodes of that minute of any talk, and the
+RSS at the end of minute m is the highest any talk read there; the RTF and the decode counters are summed over the
+talks; ``RSS_min2_MB`` / ``RSS_last_MB`` take the talks' readings in streaming order (for ``ls``, the end of the
+first talk and the end of the last).
 
 Computation-aware time comes from one of two clocks (the run's ``@clock``):
 
@@ -43,17 +57,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_average, machine_note, markdown_table, seconds, speed_anchor_ms, write_csv, write_report
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
+from simulst.evaluation.bootstrap import paired_bootstrap
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.longform import (
     LongformOptions,
     LongformReport,
     Segment,
+    group_talks,
     read_reference_sentences,
     read_segmentation,
     score_longform,
     sentence_stream_laal,
 )
-from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.evaluation.quality import normalize_for_wer, wer, whisper_normalize
 from simulst.streaming.engine import SpeechEngine, Stream
 from simulst.streaming.feed import feed_realtime
 from simulst.types import Costs, Emission
@@ -62,6 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SETS = ROOT / "out" / "longform"
 RESULTS = ROOT / "bench" / "results"
 TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
+         "ls": ("ls-readings", ModelOptions("whisper-tiny.en")),
          "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate"))}
 # config -> (stream options, model options changed from the talk's)
 CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
@@ -73,13 +90,19 @@ CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
     "context-0": (StreamOptions(context_tokens=0), {}),
     "vad-context-0": (StreamOptions(vad=True, context_tokens=0), {}),
     "vad-beam5": (StreamOptions(vad=True, search=SearchOptions("beam", beam=5)), {}),
+    # the transcribe --latency accurate preset (src/simulst/config/presets.py), and long-form variants of it
+    "accurate": (StreamOptions(chunk_ms=1000.0, max_buffer_s=15.0), {}),
+    "accurate-segment-10": (StreamOptions(chunk_ms=1000.0, segment_s=10.0, max_buffer_s=16.0), {}),
+    "vad-1s": (StreamOptions(vad=True, chunk_ms=1000.0, segment_s=10.0, max_buffer_s=16.0), {}),
+    "vad-0.6s": (StreamOptions(vad=True, segment_s=10.0, max_buffer_s=16.0), {}),
+    "vad-0.8s": (StreamOptions(vad=True, chunk_ms=800.0, segment_s=10.0, max_buffer_s=16.0), {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:vad-2s@realtime,en:context-all,en:context-0,"
                 "en:vad-context-0,de:default,de:vad-2s")
 COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "offline_same_search",
-           "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL", "first_min_AL_CA", "last_min_AL_CA",
-           "chunk_p50_ms", "chunk_p95_ms",
+           "WER_norm", "offline_WER_norm", "vs_default", "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL",
+           "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms",
            "RSS_min2_MB", "RSS_last_MB", "RTF", "trims", "vad_segments", "segment_commits"]
 
 
@@ -204,16 +227,16 @@ def stream_talk_realtime(engine: SpeechEngine, options: StreamOptions, audio: np
             "costs": timed.costs}
 
 
-def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: list[Any],
+def offline_per_utterance(engine: SpeechEngine, audios: dict[str, np.ndarray], segments: list[Any],
                           search: SearchOptions | None = None) -> list[str]:
-    """Each reference sentence's audio decoded offline on its own (the per-utterance reference point), with the
-    default search or ``search``."""
+    """Each reference sentence's audio (``audios``: by the segmentation's wav name) decoded offline on its own (the
+    per-utterance reference point), with the default search or ``search``."""
     options = StreamOptions(policy=PolicyOptions.parse("offline"), search=search or SearchOptions())
     texts = []
     for seg in segments:
         start = int(seg.offset * 16000)
         session = engine.open(options)
-        session.push(audio[start : start + int(seg.duration * 16000)])
+        session.push(audios[seg.wav][start : start + int(seg.duration * 16000)])
         session.finish()
         texts.append(session.text)
     return texts
@@ -221,14 +244,15 @@ def offline_per_utterance(engine: SpeechEngine, audio: np.ndarray, segments: lis
 
 @dataclasses.dataclass(frozen=True)
 class Talk:
-    """A run's talk, loaded: its model and stream options, engine, audio, reference sentences and segmentation."""
+    """A run's talk, loaded: its model and stream options, engine, reference sentences and segmentation, and the
+    wav and audio of every talk the segmentation names (one for ``en`` / ``de``, five for ``ls``), in its order."""
 
     name: str
-    wav: Path
+    wavs: list[Path]
     model_options: ModelOptions
     stream_options: StreamOptions
     engine: SpeechEngine
-    audio: np.ndarray
+    audios: list[np.ndarray]
     references: list[str]
     segments: list[Segment]
 
@@ -237,29 +261,71 @@ class Talk:
         name, model_options = TALKS[talk]
         stream_options, model_changes = CONFIGS[config]
         model_options = dataclasses.replace(model_options, **model_changes)
-        wav = sets / f"{name}.wav"
-        return cls(name, wav, model_options, stream_options, SpeechEngine.load(model_options), load_audio(wav),
-                   read_reference_sentences(sets / f"{name}.sentences.txt"),
-                   read_segmentation(sets / f"{name}.yaml"))
+        segments = read_segmentation(sets / f"{name}.yaml")
+        wavs = [sets / t.wav for t in group_talks(segments)]
+        return cls(name, wavs, model_options, stream_options, SpeechEngine.load(model_options),
+                   [load_audio(wav) for wav in wavs], read_reference_sentences(sets / f"{name}.sentences.txt"),
+                   segments)
 
-    def score(self, out: dict[str, Any], computation_aware: bool) -> LongformReport:
-        """The long-form report of one stream's output (``stream_talk``'s dict) against the reference sentences."""
-        record = InstanceRecord(0, out["text"], out["delays"], out["elapsed"], source=str(self.wav),
-                                source_length=self.audio.shape[0] / 16.0, reference=" ".join(self.references))
-        return score_longform([record], self.references, self.segments,
+    @property
+    def duration_s(self) -> float:
+        """The audio of all its talks, seconds."""
+        return sum(audio.shape[0] for audio in self.audios) / 16000
+
+    def offline(self, search: SearchOptions | None = None) -> list[str]:
+        """:func:`offline_per_utterance` of every reference sentence."""
+        audios = {wav.name: audio for wav, audio in zip(self.wavs, self.audios, strict=True)}
+        return offline_per_utterance(self.engine, audios, self.segments, search)
+
+    def score(self, outs: list[dict[str, Any]], computation_aware: bool) -> LongformReport:
+        """The long-form report of one stream's output per talk (``stream_talk``'s dicts, in the order of
+        ``wavs``) against the reference sentences."""
+        records = [InstanceRecord(k, out["text"], out["delays"], out["elapsed"], source=str(wav),
+                                  source_length=audio.shape[0] / 16.0,
+                                  reference=" ".join(self.references[i] for i in talk.sentences))
+                   for k, (out, wav, audio, talk) in enumerate(zip(outs, self.wavs, self.audios,
+                                                                   group_talks(self.segments), strict=True))]
+        return score_longform(records, self.references, self.segments,
                               LongformOptions(computation_aware=computation_aware))
 
 
-def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def pooled(outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The streams of a set's talks as one record for the per-run figures: the decodes pooled (source ms within
+    their own talk), the RSS readings in streaming order (``rss``) and per minute of the talk the highest of any
+    talk (``rss_per_minute``), the costs summed."""
+    costs = Costs()
+    for out in outs:
+        costs.add(out["costs"])
+    longest = max(len(out["rss"]) for out in outs)
+    return {"chunks": [c for out in outs for c in out["chunks"]], "rss": [r for out in outs for r in out["rss"]],
+            "rss_per_minute": [max(out["rss"][min(m, len(out["rss"]) - 1)] for out in outs) for m in range(longest)],
+            "costs": costs}
+
+
+def sentence_hypotheses(report: LongformReport) -> list[str]:
+    """The resegmented hypothesis of every reference sentence, in reference order."""
+    return [s.prediction for s in sorted(report.sentences, key=lambda s: s.index)]
+
+
+def quality_metric(loaded: Talk) -> str:
+    """The quality column's metric: BLEU for a translation, else WER_whisper."""
+    return "BLEU" if loaded.model_options.task == "translate" else "WER_whisper"
+
+
+def run(talk: str, config: str, clock: str,
+        sets: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[str], list[str]]:
+    """One run: its table row, its per-minute series, its sentence hypotheses and the reference sentences."""
     loaded = Talk.load(talk, config, sets)
     name, model_options, stream_options = loaded.name, loaded.model_options, loaded.stream_options
-    engine, audio, references, segments = loaded.engine, loaded.audio, loaded.references, loaded.segments
-    out = (stream_talk_realtime if clock == "realtime" else stream_talk)(engine, stream_options, audio)
+    engine, references = loaded.engine, loaded.references
+    streamer = stream_talk_realtime if clock == "realtime" else stream_talk
+    outs = [streamer(engine, stream_options, audio) for audio in loaded.audios]
+    out = pooled(outs)
     translate = model_options.task == "translate"
-    report = loaded.score(out, computation_aware=True)
-    offline = offline_per_utterance(engine, audio, segments)
-    same_search = (offline if stream_options.search == SearchOptions()
-                   else offline_per_utterance(engine, audio, segments, stream_options.search))
+    report = loaded.score(outs, computation_aware=True)
+    offline = loaded.offline()
+    same_search = offline if stream_options.search == SearchOptions() else loaded.offline(stream_options.search)
+    extra: dict[str, Any] = {}
     if translate:
         import sacrebleu
 
@@ -267,9 +333,10 @@ def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any],
         reference_point = sacrebleu.corpus_bleu(offline, [references]).score
         same_search_point = sacrebleu.corpus_bleu(same_search, [references]).score
     else:
-        quality = report.scores["WER_norm"]
-        reference_point = wer(offline, references, normalize_for_wer)
-        same_search_point = wer(same_search, references, normalize_for_wer)
+        quality = report.scores["WER_whisper"]
+        reference_point = wer(offline, references, whisper_normalize)
+        same_search_point = wer(same_search, references, whisper_normalize)
+        extra = {"WER_norm": report.scores["WER_norm"], "offline_WER_norm": wer(offline, references, normalize_for_wer)}
     per_minute: dict[int, list[float]] = {}  # StreamLAAL_CA of the sentences starting in each minute
     per_minute_al: dict[int, list[float]] = {}  # their StreamLAAL (source clock: no timing noise)
     for sentence in report.sentences:
@@ -285,27 +352,39 @@ def run(talk: str, config: str, clock: str, sets: Path) -> tuple[dict[str, Any],
     compute = [c for _, c in out["chunks"]]
     costs = out["costs"]
     row = {
-        "talk": name, "config": config, "clock": clock, "minutes": audio.shape[0] / 16000 / 60,
+        "talk": name, "config": config, "clock": clock, "minutes": loaded.duration_s / 60,
         "quality": quality, "offline_per_utterance": reference_point,
-        "offline_same_search": same_search_point,
+        "offline_same_search": same_search_point, **extra,
         "StreamLAAL": seconds(report.scores["StreamLAAL"]), "StreamLAAL_CA": seconds(report.scores["StreamLAAL_CA"]),
         "first_min_AL": mean_al(minutes[0]), "last_min_AL": mean_al(minutes[-1]),
         "first_min_AL_CA": statistics.fmean(per_minute[minutes[0]]),
         "last_min_AL_CA": statistics.fmean(per_minute[minutes[-1]]),
         "chunk_p50_ms": float(np.percentile(compute, 50)), "chunk_p95_ms": float(np.percentile(compute, 95)),
         "RSS_min2_MB": out["rss"][1] if len(out["rss"]) > 1 else out["rss"][0], "RSS_last_MB": out["rss"][-1],
-        "RTF": costs.compute_s / (audio.shape[0] / 16000), "trims": costs.extra.get("trims", 0),
+        "RTF": costs.compute_s / loaded.duration_s, "trims": costs.extra.get("trims", 0),
         "vad_segments": costs.extra.get("vad_segments", 0), "segment_commits": costs.extra.get("segment_commits", 0),
     }
     series = [{"minute": m, "AL": mean_al(m), "AL_CA": statistics.fmean(per_minute[m]),
                "chunk_p50_ms": float(np.percentile([c for t, c in out["chunks"] if t // 60000 == m] or [0.0], 50)),
                "chunk_p95_ms": float(np.percentile([c for t, c in out["chunks"] if t // 60000 == m] or [0.0], 95)),
-               "RSS_MB": out["rss"][min(m, len(out["rss"]) - 1)]} for m in minutes]
+               "RSS_MB": out["rss_per_minute"][min(m, len(out["rss_per_minute"]) - 1)]} for m in minutes]
     print(markdown_table([row], COLUMNS).splitlines()[-1], flush=True)
-    return row, series
+    return row, series, sentence_hypotheses(report), references
 
 
-def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
+def add_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]], references: list[list[str]]) -> None:
+    """Fill ``vs_default`` of every row whose talk has a ``default`` run on the same clock: the paired bootstrap
+    interval (95 %, 1000 resamples over the reference sentences) of its quality minus the default's."""
+    for row, hyps, refs in zip(rows, hypotheses, references, strict=True):
+        base = next((k for k, r in enumerate(rows) if r["talk"] == row["talk"] and r["clock"] == row["clock"]
+                     and r["config"] == "default"), None)
+        if base is None or rows[base] is row:
+            continue
+        metric = "WER_whisper" if "WER_norm" in row else "BLEU"  # only transcription rows have WER_norm
+        row["vs_default"] = paired_bootstrap(metric, hypotheses[base], hyps, refs).describe()
+
+
+def plot(all_series: dict[str, list[dict[str, Any]]], results: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,13 +406,13 @@ def plot(all_series: dict[str, list[dict[str, Any]]]) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    path = RESULTS / "longform.png"
+    path = results / "longform.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
-PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "StreamLAAL", "trims"]
+PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "WER_norm", "StreamLAAL", "trims"]
 
 
 def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str, Any]]:
@@ -346,19 +425,22 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str
     measures the same over the 6 utterances)."""
     loaded = Talk.load(talk, config, sets)
     name, stream_options = loaded.name, loaded.stream_options
-    quality_key = "BLEU" if loaded.model_options.task == "translate" else "WER_norm"
+    quality_key = quality_metric(loaded)
     first = stream_options.initial_wait_ms or stream_options.chunk_ms
     rows: list[dict[str, Any]] = []
     for k in range(phases):
         options = dataclasses.replace(stream_options, initial_wait_ms=first + k * stream_options.chunk_ms / phases)
-        out = stream_talk(loaded.engine, options, loaded.audio)
-        report = loaded.score(out, computation_aware=False)
+        outs = [stream_talk(loaded.engine, options, audio) for audio in loaded.audios]
+        report = loaded.score(outs, computation_aware=False)
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
-                     "quality": report.scores[quality_key], "StreamLAAL": seconds(report.scores["StreamLAAL"]),
-                     "trims": out["costs"].extra.get("trims", 0)})
+                     "quality": report.scores[quality_key]}
+                    | ({"WER_norm": report.scores["WER_norm"]} if quality_key != "BLEU" else {})
+                    | {"StreamLAAL": seconds(report.scores["StreamLAAL"]),
+                       "trims": pooled(outs)["costs"].extra.get("trims", 0)})
         print(markdown_table([rows[-1]], PHASE_COLUMNS).splitlines()[-1], flush=True)
-    for label, pick in (("mean", statistics.fmean), ("best", min if quality_key == "WER_norm" else max),
-                        ("worst", max if quality_key == "WER_norm" else min)):
+    lower_better = quality_key != "BLEU"
+    for label, pick in (("mean", statistics.fmean), ("best", min if lower_better else max),
+                        ("worst", max if lower_better else min)):
         rows.append({"talk": name, "config": config, "phase": label,
                      "quality": pick([r["quality"] for r in rows[:phases]])}
                     | ({"StreamLAAL": statistics.fmean(r["StreamLAAL"] for r in rows[:phases])}
@@ -366,14 +448,15 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str
     return rows
 
 
-def write_phases(rows: list[dict[str, Any]], phases: int, load_before: float) -> None:
-    write_csv(RESULTS / "longform_phases.csv", rows, PHASE_COLUMNS)
+def write_phases(rows: list[dict[str, Any]], phases: int, load_before: float, results: Path) -> None:
+    write_csv(results / "longform_phases.csv", rows, PHASE_COLUMNS)
     lines = [
         "# Long-form streaming over chunk phases",
         "",
         f"Written by `bench/longform.py --phases {phases}`: each run's talk streamed on {phases} chunk grids shifted "
         f"by k/{phases} of a chunk (`initial_wait_ms` = chunk x (1 + k/{phases}); phase 0 is the grid of "
-        "`longform.md`), source clock. `quality`: WER after resegmentation (%) for `en-talk`, BLEU for `de-talk`; "
+        "`longform.md`), source clock. `quality`: WER after resegmentation (%, after Whisper's EnglishTextNormalizer; "
+        "`WER_norm`: after the project's normalisation) for `en-talk` and `ls-readings`, BLEU for `de-talk`; "
         "StreamLAAL in seconds. Where the chunk boundaries fall decides which early guesses two consecutive "
         "hypotheses agree on and where the buffer is trimmed, so one grid's figure is one draw: compare means.",
         "",
@@ -381,22 +464,22 @@ def write_phases(rows: list[dict[str, Any]], phases: int, load_before: float) ->
         "",
         markdown_table(rows, PHASE_COLUMNS),
     ]
-    write_report(RESULTS / "longform_phases.md", "\n".join(lines))
+    write_report(results / "longform_phases.md", "\n".join(lines))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default=DEFAULT_RUNS,
-                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, de; configs: "
+                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, ls, de; configs: "
                              f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
     parser.add_argument("--phases", type=int, default=0,
                         help="instead: stream each run's talk on this many shifted chunk grids and write "
                              "bench/results/longform_phases.md (source clock; default 0: the main benchmark)")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="the folder the results are written to (default bench/results)")
     args = parser.parse_args()
     load_before = load_average()
-    if not (args.sets / "en-talk.wav").is_file():
-        raise SystemExit("run bench/longform_sets.py first")
     runs = []
     for spec in args.runs.split(","):
         talk, _, rest = spec.partition(":")
@@ -405,31 +488,43 @@ def main() -> None:
         if talk not in TALKS or config not in CONFIGS or clock not in CLOCKS:
             raise SystemExit(f"bad run {spec!r}: TALK:CONFIG[@CLOCK] with TALK in {list(TALKS)}, CONFIG in "
                              f"{list(CONFIGS)}, CLOCK in {list(CLOCKS)}")
+        if not (args.sets / f"{TALKS[talk][0]}.yaml").is_file():
+            raise SystemExit(f"no {TALKS[talk][0]} in {args.sets}: run bench/longform_sets.py first")
         runs.append((talk, config, clock))
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.phases > 0:
-        RESULTS.mkdir(exist_ok=True)
         pairs = dict.fromkeys((talk, config) for talk, config, _ in runs)  # the clock plays no part on phases
         write_phases([row for talk, config in pairs for row in phase_rows(talk, config, args.sets, args.phases)],
-                     args.phases, load_before)
+                     args.phases, load_before, args.out)
         return
     anchor_ms = speed_anchor_ms()
-    rows, all_series = [], {}
+    rows, all_series, hypotheses, references = [], {}, [], []
     for talk, config, clock in runs:
-        row, series = run(talk, config, clock, args.sets)
+        row, series, hyps, refs = run(talk, config, clock, args.sets)
         rows.append(row)
+        hypotheses.append(hyps)
+        references.append(refs)
         all_series[f"{talk} {config}" + (" realtime" if clock == "realtime" else "")] = series
-    RESULTS.mkdir(exist_ok=True)
-    write_csv(RESULTS / "longform.csv", rows, COLUMNS)
-    png = plot(all_series)
+    add_intervals(rows, hypotheses, references)
+    write_csv(args.out / "longform.csv", rows, COLUMNS)
+    png = plot(all_series, args.out)
     lines = [
         "# Long-form streaming: one stream over a whole talk",
         "",
         "Written by `bench/longform.py` on the talks of `bench/longform_sets.py`: `en-talk` (jfk + fleurs-en-dev "
         "joined with 0.3-2 s pauses and repeated, Whisper tiny.en, transcription: `quality` = WER after "
-        "resegmentation, %) and `de-talk` (the 10 German fleurs-multi utterances, Whisper base X→English: "
-        "`quality` = BLEU after resegmentation). `offline_per_utterance`: the same model decoding each sentence's "
-        "audio offline on its own (greedy, the default search); `offline_same_search`: the same with the run's "
-        "search (beam 5 for `vad-beam5`). Latency in seconds: StreamLAAL (resegmented onto the reference sentences, "
+        "resegmentation and Whisper's EnglishTextNormalizer, `WER_whisper`, %), `ls-readings` (5 LibriSpeech "
+        "test-other readings of about 77 s, each speaker's 10 consecutive utterances joined as they are, each "
+        "streamed on its own and the 50 sentences scored together: corpus WER, StreamLAAL the mean over the "
+        "sentences; Whisper tiny.en, `quality` as for `en-talk`) and `de-talk` (the 10 German fleurs-multi "
+        "utterances, Whisper base X→English: `quality` = BLEU after resegmentation). `offline_per_utterance`: the "
+        "same model decoding each sentence's audio offline on its own (greedy, the default search); "
+        "`offline_same_search`: the same with the run's search (beam 5 for `vad-beam5`); both in the `quality` "
+        "metric. `WER_norm` / `offline_WER_norm`: the run's and the offline WER after the project's own "
+        "normalisation (`normalize_for_wer`; the `quality` of English rows before 2026-11-26). `vs_default`: the "
+        "run's `quality` minus that of the same talk's `default` run on the same clock, with its 95 % paired "
+        "bootstrap interval over the reference sentences (1000 resamples; an interval holding 0 is no "
+        "difference). Latency in seconds: StreamLAAL (resegmented onto the reference sentences, "
         "equal to OmniSTEval) and its computation-aware form (`clock`: `simulated` = a real-time clock simulated from "
         "this machine's compute per chunk; `realtime` = the audio fed at wall-clock pace, exactly `--realtime`, "
         "emissions stamped with the wall clock; see the script); "
@@ -442,7 +537,12 @@ def main() -> None:
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
-        "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`). The English "
+        "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`; `accurate`: "
+        "`--chunk-ms 1000 --max-buffer-s 15`, the transcribe `--latency accurate` preset; `accurate-segment-10`: "
+        "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
+        "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "
+        "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "
+        "English "
         "talk repeats its 6 utterances: a prompt of whole earlier sentences then often holds the very sentence "
         "that comes next, which tiny.en tends to copy.",
         "",
@@ -458,7 +558,7 @@ def main() -> None:
     for label, series in all_series.items():
         lines += [f"### {label}", "", markdown_table(series, ["minute", "AL", "AL_CA", "chunk_p50_ms", "chunk_p95_ms",
                                                              "RSS_MB"]), ""]
-    write_report(RESULTS / "longform.md", "\n".join(lines))
+    write_report(args.out / "longform.md", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,17 @@
   lasts about ``--minutes`` (10 by default); reference sentences = the transcripts.
 * ``de-talk`` / ``fr-talk``: each language's fleurs-multi utterances joined the same way (once); reference
   sentences = their English references (``references.en.tsv``), for X→English translation.
+* ``ls-readings``: 5 talks, one per speaker of ``librispeech-other-dev`` (LibriSpeech test-other): the speaker's 10
+  consecutive utterances of one chapter joined in id order as they are, nothing inserted between them or after
+  them (the LibriSpeech-Long method), about 77 s each: 5 real continuous readings. The set is scored as one:
+  ``ls-readings.sentences.txt`` holds the 50 transcripts and ``ls-readings.yaml`` the 50 segments (each names its
+  talk's wav, ``ls-readings-CHAPTER.wav``), in the same order, talk after talk.
 
 Each talk is written in SimulEval's long-form convention, as ``simulst eval`` and ``simulst score --long-form`` read
 it: ``TALK.wav`` (16 kHz mono), ``TALK.sentences.txt`` (one reference sentence per line), ``TALK.yaml`` (per
 sentence, its ``offset`` and ``duration`` in seconds in the talk and the ``wav``), ``TALK.tsv`` (a one-row
-manifest: id, audio, duration_s) and ``TALK.source.txt`` (a SimulEval source list).
+manifest: id, audio, duration_s) and ``TALK.source.txt`` (a SimulEval source list); a set of several talks
+(``ls-readings``) has one wav per talk, and one row / line per talk in the other files.
 
     .venv/bin/python bench/longform_sets.py [--minutes 10] [--out out/longform]
 """
@@ -57,6 +63,46 @@ def x_to_english(lang: str) -> list[Utterance]:
             if r[4] == lang and r[0] in references]
 
 
+def librispeech_readings() -> dict[str, list[Utterance]]:
+    """librispeech-other-dev by chapter (speaker-chapter, e.g. ``1688-142285``), each chapter's utterances in id
+    order, scored against their transcripts."""
+    readings: dict[str, list[Utterance]] = {}
+    for r in sorted(_rows("librispeech-other-dev.tsv"), key=lambda r: r[0]):
+        readings.setdefault(r[0].rsplit("-", 1)[0], []).append(Utterance(r[0], DATA / r[1], r[3]))
+    return readings
+
+
+def write_set(name: str, talks: dict[str, list[Utterance]], out: Path) -> list[Path]:
+    """One set of several talks: each talk's utterances joined as they are (no pause, nothing after), written as
+    ``NAME-TALK.wav``; one sentences file, one segmentation (every segment naming its talk's wav), one manifest
+    and one source list for all of them, in the order of ``talks``; the wavs' paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    wavs: list[Path] = []
+    sentences: list[str] = []
+    entries: list[str] = []
+    rows: list[str] = []
+    for talk, utterances in talks.items():
+        pieces: list[np.ndarray] = []
+        position = 0
+        wav = out / f"{name}-{talk}.wav"
+        for utterance in utterances:
+            audio = load_audio(utterance.audio)
+            pieces.append(audio)
+            entries.append(f"- {{duration: {audio.shape[0] / RATE:.4f}, offset: {position / RATE:.4f}, "
+                           f"speaker_id: '{talk.split('-')[0]}', wav: {wav.name}}}\n")
+            sentences.append(utterance.sentence)
+            position += audio.shape[0]
+        sf.write(str(wav), np.concatenate(pieces), RATE, subtype="PCM_16")
+        rows.append(f"{wav.stem}\t{wav.name}\t{position / RATE:.4f}\n")
+        wavs.append(wav)
+        print(f"{wav}: {position / RATE:.1f} s, {len(utterances)} sentences")
+    (out / f"{name}.sentences.txt").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+    (out / f"{name}.yaml").write_text("".join(entries), encoding="utf-8")
+    (out / f"{name}.tsv").write_text("id\taudio\tduration_s\n" + "".join(rows), encoding="utf-8")
+    (out / f"{name}.source.txt").write_text("".join(f"{wav.resolve()}\n" for wav in wavs), encoding="utf-8")
+    return wavs
+
+
 def write_talk(name: str, utterances: list[Utterance], out: Path, minutes: float, seed: int) -> Path:
     """Join ``utterances`` (repeated until ``minutes`` if longer than one pass) with random pauses; write the
     talk's files; the wav's path."""
@@ -101,6 +147,7 @@ def main() -> None:
     write_talk("en-talk", english(), args.out, args.minutes, args.seed)
     for lang in ("de", "fr"):
         write_talk(f"{lang}-talk", x_to_english(lang), args.out, 0.0, args.seed)
+    write_set("ls-readings", librispeech_readings(), args.out)
 
 
 if __name__ == "__main__":
