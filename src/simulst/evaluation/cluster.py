@@ -227,6 +227,8 @@ class _Driver:
         for r, run in enumerate(runs):
             config: RunConfig = make_run_config(description, run.options, items, eval_options, run.info)
             done = open_run(run.out_dir, config, len(items), eval_options)
+            if not eval_options.resume:  # (a run started afresh: its node records too)
+                (run.out_dir / NODES_LOG).unlink(missing_ok=True)
             self.todo += [(r, i) for i in range(len(items)) if i not in done]
         self.todo.sort(key=lambda task: (task[1], task[0]))  # utterance by utterance: its audio is freed early
         cpus = self.ray.cluster_resources().get("CPU", 1.0)
