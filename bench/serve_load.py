@@ -1,9 +1,11 @@
-"""Load on ``simulst serve``: N concurrent real-time clients on loopback, batched vs one stream at a time.
+"""Load on ``simulst serve``: N concurrent real-time clients on loopback, batched, one stream at a time, or one
+stream per core.
 
 For each server mode (``batched``: the streams' encoder and decoder calls gathered into batched calls;
 ``serial``: each stream's work runs alone, in the order the streams came due, reading all its pending audio
-when its turn comes, as the peers serve streams behind a lock) a server
-process is started with the same model and stream options (``--server-args``; ``--batching on`` / ``off``), then:
+when its turn comes, as the peers serve streams behind a lock; ``parallel``: as serial, but as many streams at once
+as there are cores, each on one core, the CPU default) a server process is started with the same model and stream
+options (``--server-args``; ``--batching on`` / ``--batching off --workers 1`` / ``--batching off``), then:
 
 1. **Reference**: each of the 6 shared English utterances (jfk + fleurs-en-dev) is streamed alone, at the pace
    of a live speaker (100 ms frames, sent when they would have been spoken).
@@ -17,7 +19,7 @@ process is started with the same model and stream options (``--server-args``; ``
 The capacity of a mode is the largest N whose mean AL_CA is at most ``--target-al`` (2 s). Results:
 ``bench/results/serve_load.md`` (+ ``.csv``). Run on a quiet machine (nothing else running):
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/serve_load.py [--clients 1,2,4,6,8,10] [--modes batched,serial]
+    OMP_NUM_THREADS=2 .venv/bin/python bench/serve_load.py [--clients 1,2,4,6,8,10] [--modes batched,serial,parallel]
         [--server-args "--policy ctc"]
 """
 
@@ -74,7 +76,8 @@ class Server:
         self.port = free_port()
         args = [str(ROOT / ".venv" / "bin" / "simulst"), "serve", "--port", str(self.port), "--max-streams", "64",
                 "--max-speed", "4", "--log-level", "warning", *extra]
-        args += ["--batching", "on" if mode == "batched" else "off"]
+        args += {"batched": ["--batching", "on"], "serial": ["--batching", "off", "--workers", "1"],
+                 "parallel": ["--batching", "off"]}[mode]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
@@ -184,7 +187,7 @@ def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1,2,4,6,8,10")
-    parser.add_argument("--modes", default="batched,serial")
+    parser.add_argument("--modes", default="batched,serial,parallel")
     parser.add_argument("--server-args", default="",
                         help="model and stream options of both servers (default: none, the defaults)")
     parser.add_argument("--target-al", type=float, default=2.0, help="mean AL_CA bound of the capacity (s)")

@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -79,3 +80,12 @@ async def messages(ws: ClientConnection, wait_s: float = 20.0) -> tuple[list[dic
     except (ConnectionClosed, TimeoutError):
         pass
     return received, ws.close_code
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """A sample's value in Prometheus exposition text (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0

@@ -3,6 +3,7 @@ it gets alone, the calls really are batched, and a failure stays in its own stre
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.evaluation.quality import normalize_for_wer
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
-from simulst.streaming.batching import Batcher, SerialRunner
+from simulst.streaming.batching import Batcher, SerialRunner, ThreadRunner
 from simulst.streaming.session import Session
 from simulst.types import Costs
 from tests.shared_assets import english_items, needs_shared
@@ -128,3 +129,47 @@ def test_prefix_and_no_speech_passes_of_streams_together_equal_each_alone(audios
         assert torch.allclose(step, step1, atol=1e-4)
     judged = model.no_speech_many(encs, [Costs() for _ in encs])
     assert judged == pytest.approx([model.no_speech_prob(enc, Costs()) for enc in encs], abs=1e-5)
+
+
+def test_streams_side_by_side_equal_streams_alone(model: WhisperModel, audios: list[np.ndarray]) -> None:
+    # ThreadRunner(2): two jobs at once, each on one torch thread: every stream's output is its output alone
+    options = [StreamOptions(), StreamOptions(policy=PolicyOptions.parse("alignatt")), StreamOptions()]
+    alone = decode_in_rounds(SerialRunner(), model, audios, options)
+    runner = ThreadRunner(workers=2)
+    assert decode_in_rounds(runner, model, audios, options) == alone
+    runner.close()
+
+
+def test_thread_runner_runs_jobs_at_once_on_one_torch_thread_each() -> None:
+    runner = ThreadRunner(workers=2)
+    both = threading.Barrier(2, timeout=10)  # each job waits for the other: only side by side do both end
+
+    def job() -> int:
+        both.wait()
+        return torch.get_num_threads()
+
+    caller = torch.get_num_threads()
+    assert runner.run([job, job]) == [1, 1]
+    assert torch.get_num_threads() == caller  # the workers' setting is their own
+    runner.close()
+    serial = SerialRunner()
+    assert serial.workers == 1 and serial.run([torch.get_num_threads]) == [caller]  # one worker: all threads
+    serial.close()
+    with pytest.raises(ValueError, match="workers"):
+        ThreadRunner(workers=0)
+
+
+def test_serve_runs_workers_jobs_at_once_on_a_cpu(model: WhisperModel, capsys: pytest.CaptureFixture[str]) -> None:
+    from simulst.cli.main import build_parser, main
+    from simulst.cli.serve import server_config
+    from simulst.server.service import Service
+
+    for flags, workers in (([], torch.get_num_threads()), (["--workers", "1"], 1), (["--workers", "3"], 3)):
+        service = Service(model, server_config(build_parser().parse_args(["serve", *flags])))
+        assert isinstance(service.runner, ThreadRunner) and service.runner.workers == workers, flags
+        service.runner.close()
+    batched = Service(model, server_config(build_parser().parse_args(["serve", "--batching", "on"])))
+    assert isinstance(batched.runner, Batcher)
+    batched.runner.close()
+    assert main(["serve", "--workers", "-1"]) == 2
+    assert "--workers must be >= 0" in capsys.readouterr().err

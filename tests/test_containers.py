@@ -20,8 +20,8 @@ import soundfile as sf
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from simulst.audio.container import StreamDecoder, decode_audio
-from simulst.audio.io import load_audio, read_audio_bytes
+from simulst.audio.container import StreamDecoder, _MonoResampler, decode_audio
+from simulst.audio.io import AudioTooLong, load_audio, read_audio_bytes
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import AudioError
 from simulst.models.loading import load_model
@@ -116,6 +116,51 @@ def test_bytes_and_paths_decode_alike(files: dict[str, Path]) -> None:
 
 def test_wav_is_still_read_by_libsndfile(files: dict[str, Path], clip: np.ndarray) -> None:
     assert np.array_equal(load_audio(files["wav"]), clip)  # 16-bit PCM: exact, as before
+
+
+def test_a_file_under_the_duration_limit_decodes_as_without_one(files: dict[str, Path]) -> None:
+    for name in ("wav", "ogg", "m4a", "mp3"):
+        data = files[name].read_bytes()
+        assert np.array_equal(read_audio_bytes(data, RATE, max_s=CLIP_S + 0.5), read_audio_bytes(data, RATE)), name
+
+
+@pytest.mark.parametrize("name", ["wav", "flac", "m4a", "webm"])
+def test_decoding_stops_as_soon_as_the_audio_passes_the_limit(clip: np.ndarray, name: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 56 s file and a 3 s limit: AudioTooLong, with one sample (libsndfile: wav, flac) or one codec frame
+    (FFmpeg: m4a, webm) decoded past the limit."""
+    long = np.tile(clip, 20)
+    if name in ("wav", "flac"):
+        out = io.BytesIO()
+        sf.write(out, long, RATE, format=name.upper())
+        data = out.getvalue()
+    else:
+        data = b"".join(encode(long, name))
+    decoded: list[int] = []
+    if name in ("wav", "flac"):
+        read = sf.SoundFile.read
+
+        def counting_read(self: sf.SoundFile, *args: Any, **kwargs: Any) -> Any:
+            block = read(self, *args, **kwargs)
+            decoded.append(len(block) * RATE // self.samplerate)
+            return block
+
+        monkeypatch.setattr(sf.SoundFile, "read", counting_read)
+        most = 3 * RATE + 1  # (one read of the limit and one frame more)
+    else:
+        frame = _MonoResampler.frame
+
+        def counting_frame(self: _MonoResampler, piece: Any) -> np.ndarray:
+            audio = frame(self, piece)
+            decoded.append(audio.shape[0])
+            return audio
+
+        monkeypatch.setattr(_MonoResampler, "frame", counting_frame)
+        most = 3 * RATE + RATE // 10  # (an AAC or Opus frame is at most a few tens of ms)
+    with pytest.raises(AudioTooLong, match=r"'long' is longer than the limit of 3 s") as refused:
+        read_audio_bytes(data, RATE, "'long'", max_s=3.0)
+    assert refused.value.limit_s == 3.0
+    assert 3 * RATE < sum(decoded) <= most, (sum(decoded) / RATE, name)  # not the file's 56 s
 
 
 @pytest.mark.parametrize("name", ["webm", "ogg"])

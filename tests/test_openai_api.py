@@ -197,6 +197,28 @@ def test_a_long_prompt_keeps_its_end(model: WhisperModel, jfk: np.ndarray) -> No
     assert prompt.index(model.sot_id) - 1 <= MAX_PROMPT_TOKENS  # (openai-whisper's limit on previous text)
 
 
+def test_a_stream_opened_with_a_prompt_decodes_as_one_seeded_with_it(model: WhisperModel, jfk: np.ndarray) -> None:
+    """The endpoints open their stream with the prompt (``StartRequest.prompt``): the same decoder prompts and text
+    as the stream given it once open; without one, the stream's own previous text alone."""
+    text = "President Kennedy's inaugural address."
+    service = Service(model, ServerConfig())
+    seeded = service.open(StartRequest()).stream
+    seed_prompt(seeded, text)
+    streams = {"seeded": seeded, "opened": service.open(StartRequest(prompt=text)).stream,
+               "plain": service.open(StartRequest()).stream}
+    prompts: dict[str, list[tuple[int, ...]]] = {name: [] for name in streams}
+    for pos in range(0, RATE * 6, RATE):
+        for name, stream in streams.items():
+            stream.push(jfk[pos : pos + RATE])
+            prompts[name].append(tuple(stream.decoder.last.prompt))  # type: ignore[attr-defined]
+    for stream in streams.values():
+        stream.finish()
+    assert prompts["opened"] == prompts["seeded"] and streams["opened"].text == streams["seeded"].text
+    carried = tuple(model.tokenizer.encode(" " + text))
+    assert all(p[1 : 1 + len(carried)] == carried for p in prompts["opened"])
+    assert not any(p[1 : 1 + len(carried)] == carried for p in prompts["plain"])
+
+
 def test_the_prompt_goes_through_the_form(client: openai.OpenAI, jfk: np.ndarray) -> None:
     upload = ("short.wav", wav(jfk[: RATE * 3]))
     text = client.audio.transcriptions.create(model="whisper-1", file=upload, prompt="Kennedy said:",

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -28,7 +30,8 @@ from simulst.server.app import create_app
 from simulst.server.protocol import Limits
 from simulst.server.realtime import _ALAW, _ULAW, pcm16
 from simulst.server.service import ServerConfig, Service
-from tests.server_fixtures import Running, serving
+from simulst.streaming.prompt import initial_prompt
+from tests.server_fixtures import Running, metric, serving
 from tests.shared_assets import JFK, needs_shared
 
 pytestmark = [needs_shared, pytest.mark.real]
@@ -193,6 +196,22 @@ def test_manual_commits_make_one_item_each(server: Running, jfk: np.ndarray) -> 
     assert abs(two[-1]["usage"]["seconds"] - 2.6) < 0.05
 
 
+def test_the_sessions_prompt_opens_its_stream(server: Running, model: WhisperModel, jfk: np.ndarray) -> None:
+    """The session's transcription prompt is the initial prompt of each stream it opens (set when it is built)."""
+    text = "President Kennedy's inaugural address."
+    with realtime(server.ws) as ws:
+        send(ws, {"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
+            "turn_detection": None, "transcription": {"language": "en", "prompt": text}}}}})
+        assert until(ws, "session.updated")[-1]["session"]["audio"]["input"]["transcription"]["prompt"] == text
+        send(ws, {"type": "input_audio_buffer.append", "audio": b64(pcm(jfk[:8000]))})
+        send(ws, {"type": "session.update", "session": {}})
+        until(ws, "session.updated")  # (the audio is in: the stream is open)
+        (slot,) = server.app.state.scheduler.slots.values()
+        assert slot.stream.prompt.initial == initial_prompt(model, text)
+        send(ws, {"type": "input_audio_buffer.clear"})
+        until(ws, "input_audio_buffer.cleared")
+
+
 @pytest.mark.parametrize("encoding, table", [("audio/pcmu", _ULAW), ("audio/pcma", _ALAW)])
 def test_g711_input_at_8khz(server: Running, jfk: np.ndarray, encoding: str, table: np.ndarray) -> None:
     clip = soxr.resample(jfk[: int(2.8 * 16000)], 16000, 8000)
@@ -311,3 +330,112 @@ def test_refusals_close_the_session(model: WhisperModel, jfk: np.ndarray) -> Non
             send(ws, {"type": "input_audio_buffer.commit"})
             assert "fellow americans" in words(until(ws, COMPLETED)[-1]["transcript"])
         assert scheduler.reserved == 0 and not scheduler.slots  # (the session gave its place back)
+
+
+# ------------------------------------------------------------------------------------------------ operation
+TOKEN = "rt-s3cret-91c"
+
+
+def access_lines(caplog: pytest.LogCaptureFixture, path: str, count: int, wait_s: float = 20.0) -> list[dict[str, Any]]:
+    """The access lines of connections to ``path`` (waiting until ``count`` are written)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "simulst.access"]
+        lines = [line for line in lines if line.get("path") == path]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def test_realtime_sessions_are_capped_counted_and_logged_as_ws_streams(model: WhisperModel, jfk: np.ndarray,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The per-client cap counts Realtime sessions and /ws streams together (the third connection of an address
+    allowed two is refused, 1013, on either endpoint); the metrics count a Realtime stream as a live /ws stream
+    (open while it has audio, its final, its AL and RTF) and its refusals by reason; each session is one access
+    line, without the key, though it came in a subprotocol."""
+    caplog.set_level(logging.INFO, logger="simulst.access")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    service = Service(model, ServerConfig(token=TOKEN, max_per_client=2, limits=FAST))
+    with serving(create_app(service)) as running:
+        def scrape() -> str:
+            return httpx.get(f"{running.http}/metrics", headers=auth).text
+
+        before = scrape()
+        with realtime(running.ws, subprotocols=["realtime", f"openai-insecure-api-key.{TOKEN}"]) as first, \
+                realtime(running.ws, headers=auth) as second:
+            until(first, "session.created")
+            until(second, "session.created")
+            with realtime(running.ws, headers=auth) as third:
+                error, code = _refused(third)
+            assert error["code"] == "too_many_connections" and code == 1013
+            with connect(running.ws, additional_headers=auth, open_timeout=30) as ws:  # /ws: the same cap
+                assert "too many connections" in json.loads(ws.recv(timeout=30))["message"]
+                with pytest.raises(ConnectionClosed):
+                    ws.recv(timeout=30)
+                assert ws.close_code == 1013
+            send(first, MANUAL)
+            until(first, "session.updated")
+            send(first, {"type": "input_audio_buffer.append", "audio": b64(pcm(jfk[: int(2.8 * 16000)]))})
+            send(first, {"type": "session.update", "session": {}})  # (answered once the audio is in)
+            until(first, "session.updated")
+            during = scrape()
+            send(first, {"type": "input_audio_buffer.commit"})
+            assert "fellow americans" in words(until(first, COMPLETED)[-1]["transcript"])
+        after = scrape()
+        lines = access_lines(caplog, "/v1/realtime", 3)
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert metric(during, "simulst_streams_open", kind="live") == 1
+    assert grew("simulst_refusals_total", reason="per_client") == 2
+    assert grew("simulst_streams_total", outcome="final") == 1
+    assert grew("simulst_stream_average_lagging_seconds_count") == 1
+    assert grew("simulst_stream_real_time_factor_count") == 1
+    assert 0.0 < grew("simulst_stream_average_lagging_seconds_sum") <= 2.8
+    assert metric(after, "simulst_streams_open", kind="live") == 0
+    assert sorted((line["reason"], line["status"]) for line in lines) == [
+        ("closed", 1000), ("closed", 1000), ("per_client", 1013)]
+    assert all(line["kind"] == "stream" and line["stream"].startswith("sess_") for line in lines)
+    assert max(line["audio_s"] for line in lines) == pytest.approx(2.8, abs=0.01)
+    assert TOKEN not in caplog.text
+
+
+def test_shutdown_completes_each_sessions_pending_item_then_closes_1001(model: WhisperModel,
+                                                                         jfk: np.ndarray) -> None:
+    """When the server is told to exit (what SIGTERM does), a session with audio not committed gets that item's
+    committed and completed events (its final decode: the text of all its audio) and a 1001 close; an idle one
+    is closed with 1001 and no item; both within the grace period."""
+    service = Service(model, ServerConfig(limits=FAST, shutdown_grace_s=30.0))
+    with serving(create_app(service)) as running, realtime(running.ws) as manual, realtime(running.ws) as idle:
+        until(manual, "session.created")
+        until(idle, "session.created")
+        send(manual, MANUAL)
+        until(manual, "session.updated")
+        send(manual, {"type": "input_audio_buffer.append", "audio": b64(pcm(jfk[: int(2.8 * 16000)]))})
+        send(manual, {"type": "session.update", "session": {}})
+        until(manual, "session.updated")
+        began = time.monotonic()
+        assert running.server is not None
+        running.server.should_exit = True
+        pending = until(manual, COMPLETED)
+        rest, code = _closed(manual)
+        idle_events, idle_code = _closed(idle)
+        took = time.monotonic() - began
+    kinds = [e["type"] for e in pending]
+    assert kinds[-1] == COMPLETED and "input_audio_buffer.committed" in kinds
+    assert words(pending[-1]["transcript"]) == "and so my fellow americans"
+    assert rest == [] and code == 1001
+    assert idle_events == [] and idle_code == 1001
+    assert took < 30.0
+
+
+def _closed(ws: ClientConnection) -> tuple[list[dict[str, Any]], int | None]:
+    """The events until the server closes the connection, and its close code."""
+    events = []
+    try:
+        while True:
+            events.append(validated(ws.recv(timeout=30)))
+    except ConnectionClosed:
+        pass
+    return events, ws.close_code

@@ -13,7 +13,7 @@ from simulst.config import StreamOptions
 from simulst.streaming.buffer import MIN_TAIL_S, SKIPPED_START_S, AudioBuffer
 from simulst.streaming.decoding import Decoded, DecodeReason
 from simulst.streaming.guards import Guards
-from simulst.streaming.prompt import PromptBuilder
+from simulst.streaming.prompt import MAX_PREVIOUS_TOKENS, PromptBuilder
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.types import Costs, Hypothesis
 from tests.toy import ToyTokenizer
@@ -172,6 +172,21 @@ def test_the_prompt_carries_the_previous_sentence_or_all_the_text() -> None:
     assert PromptBuilder(context_tokens=0, scope="all").context_tokens == 0
 
 
+def test_an_initial_prompt_goes_first_and_the_context_fills_what_is_left_of_the_limit() -> None:
+    before = [1, 2, DOT, 4, 5]
+    builder = PromptBuilder(context_tokens=4, scope="all", initial=(7, 8))
+    builder.fixed = (50, 51)
+    assert builder.build(PromptedModel(), []) == (99, 7, 8, 50, 51)  # the prompt alone before any text
+    assert builder.build(PromptedModel(), before) == (99, 7, 8, 2, DOT, 4, 5, 50, 51)  # then the context
+    long = PromptBuilder(context_tokens=4, scope="all", initial=tuple(range(1000, 1300)))
+    long.fixed = (50, 51)
+    assert long.initial == tuple(range(1300 - MAX_PREVIOUS_TOKENS, 1300))  # its last 223 tokens
+    assert long.build(PromptedModel(), before) == (99, *long.initial, 50, 51)  # no room left for the context
+    near = PromptBuilder(context_tokens=4, scope="all", initial=tuple(range(1000, 1000 + MAX_PREVIOUS_TOKENS - 2)))
+    near.fixed = (50, 51)
+    assert near.build(PromptedModel(), before) == (99, *near.initial, 4, 5, 50, 51)  # the context's last 2 fit
+
+
 # ------------------------------------------------------------------------------------------------ VAD
 
 
@@ -200,6 +215,19 @@ def test_the_segmenter_reports_pauses_and_the_speech_after_a_long_pause() -> Non
     segmenter.detector.speaking = False  # type: ignore[attr-defined]
     assert segmenter.silent and segmenter.silence_to_drop(2000) == 1500  # all but the last 0.5 s
     assert segmenter.silence_to_drop(400) == 0
+
+
+def test_the_segmenter_tells_its_listener_what_it_hears_and_when_an_end_is_taken() -> None:
+    told: list[tuple[str, int]] = []
+    script = [[VoiceEvent("start", 0)], [VoiceEvent("end", 3000), VoiceEvent("start", 4000)]]
+    segmenter = VadSegmenter(Detector(script), RATE, reset_samples=5 * RATE,
+                             listener=lambda kind, sample: told.append((kind, sample)))
+    assert list(segmenter.hear(np.zeros(10), Costs())) == [] and told == [("start", 0)]  # (no reset: not yielded)
+    told.clear()
+    for event in segmenter.hear(np.zeros(10), Costs()):
+        told.append(("stream takes", event.sample))  # (the stream commits the segment here)
+    # every event as soon as it is heard (the start after the end too), then the end once the stream took it
+    assert told == [("end", 3000), ("start", 4000), ("stream takes", 3000), ("taken", 3000)]
 
 
 @pytest.mark.parametrize("kind", ["start", "end"])

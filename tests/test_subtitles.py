@@ -6,6 +6,7 @@ import io
 import json
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulst.cli.main import build_parser, main
+from simulst.cli.printing import StreamOutput
 from simulst.streaming.subtitles import (
     CaptionLimits,
     SubtitleWriter,
@@ -166,7 +168,8 @@ def streams(draw: st.DrawFn) -> tuple[list[Emission], float, CaptionLimits]:
         ms += draw(st.sampled_from([0.0, 1.0, 120.0, 1000.0]) | st.floats(0.0, 5000.0))
         emissions.append(Emission(text, (), ms, ms, final=i == n - 1))
     end_ms = ms + draw(st.floats(0.0, 3000.0))
-    limits = CaptionLimits(max_chars=draw(st.sampled_from([42, 42, 10, 1])), max_lines=draw(st.integers(1, 3)))
+    limits = CaptionLimits(max_chars=draw(st.sampled_from([42, 42, 10, 1])), max_lines=draw(st.integers(1, 3)),
+                           merge_short=draw(st.booleans()))
     return emissions, end_ms, limits
 
 
@@ -203,6 +206,70 @@ def test_sentence_end_never_splits_a_word() -> None:
     # A commit can stop after punctuation ("3." then "5"): the caption waits for whitespace before closing.
     captions = parse_captions(render_subtitles([em(" It grew 3.", 1000.0), em("5 percent.", 2000.0)], "srt", 4000.0))
     assert [c.text for c in captions] == ["It grew 3.5 percent."]
+
+
+# ---------------------------------------------------------------------------------------------- short captions
+MERGE = CaptionLimits(merge_short=True)
+
+
+def texts_and_times(emissions: list[Emission], end_ms: float, limits: CaptionLimits = MERGE) -> list[tuple]:
+    return [(c.text, c.start_ms, c.end_ms, len(c.lines))
+            for c in parse_captions(render_subtitles(emissions, "srt", end_ms, limits))]
+
+
+def test_a_short_caption_is_merged_into_the_next_where_it_fits() -> None:
+    stream = [em(" Ask not.", 1000.0), em(" What your country can do for you.", 2000.0),
+              em(" Ask what you can do.", 5000.0, final=True)]
+    # live: "Ask not." (two words) is a caption of its own
+    assert texts_and_times(stream, 8000.0, CaptionLimits()) == [
+        ("Ask not.", 1000.0, 2000.0, 1), ("What your country can do for you.", 2000.0, 3500.0, 1),
+        ("Ask what you can do.", 5000.0, 8000.0, 1)]
+    # a file: merged into the next (42 characters: one line), from its start to the next one's end
+    assert texts_and_times(stream, 8000.0) == [
+        ("Ask not. What your country can do for you.", 1000.0, 3500.0, 1), ("Ask what you can do.", 5000.0, 8000.0, 1)]
+
+
+def test_short_captions_merge_one_after_another_and_wrap_into_two_lines() -> None:
+    stream = [em(" Yes.", 1000.0), em(" No.", 1500.0), em(" What your country can do for you, friends.", 3000.0),
+              em(" Bye now, friends.", 6000.0)]
+    # "Yes. No." (1000 to 3000 ms) is still short: held again, then merged into the next, on two lines
+    assert texts_and_times(stream, 9000.0) == [
+        ("Yes. No. What your country can do for you, friends.", 1000.0, 4500.0, 2),
+        ("Bye now, friends.", 6000.0, 9000.0, 1)]
+
+
+def test_a_short_caption_stays_alone_across_a_pause_where_nothing_fits_and_at_the_end() -> None:
+    pause = [em(" Ask not.", 1000.0), em(" What your country can do for you.", 6000.0, final=True)]
+    assert [t for t, *_ in texts_and_times(pause, 9000.0)] == ["Ask not.", "What your country can do for you."]
+    full = [em(" Ask not.", 1000.0), em(" And so, my fellow Americans, ask not what your country can do for you,"
+                                        " ask what you can do", 2000.0)]
+    assert next(t for t, *_ in texts_and_times(full, 9000.0)) == "Ask not."  # two full lines follow
+    assert texts_and_times([em(" Hi there.", 1000.0, final=True)], 5000.0) == [("Hi there.", 1000.0, 5000.0, 1)]
+    assert texts_and_times([em(" Hi there.", 1000.0), em(" Bye.", 2000.0, final=True)], 3000.0) == [
+        ("Hi there. Bye.", 1000.0, 3000.0, 1)]  # (the last caption merged into nothing: written as it is)
+
+
+def test_file_outputs_merge_short_captions_live_ones_do_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stream = [em(" Ask not.", 1000.0), em(" What your country can do for you.", 2000.0, final=True)]
+
+    def written(path: Path | None, **options: Any) -> list[str]:
+        output = StreamOutput("srt", None if path is None else str(path), **options)
+        with output.streaming(end_ms=4000.0):
+            for emission in stream:
+                output.emit(emission, 0.0)
+        content = capsys.readouterr().out if path is None else path.read_text(encoding="utf-8")
+        return [c.text for c in parse_captions(content)]
+
+    merged, apart = ["Ask not. What your country can do for you."], ["Ask not.", "What your country can do for you."]
+    assert written(tmp_path / "a.srt") == merged  # a file of a run that is not real time: merged
+    assert written(tmp_path / "b.srt", realtime=True) == apart  # followed live as it is written
+    assert written(tmp_path / "c.srt", merge_short=False) == apart  # --no-merge-short-cues
+    assert written(tmp_path / "d.srt", realtime=True, merge_short=True) == merged  # --merge-short-cues
+    assert written(None, merge_short=True) == apart  # stdout is live
+    parser = build_parser()
+    assert parser.parse_args(["transcribe", "a.wav"]).merge_short_cues is None
+    assert parser.parse_args(["transcribe", "a.wav", "--no-merge-short-cues"]).merge_short_cues is False
+    assert parser.parse_args(["live", "--merge-short-cues"]).merge_short_cues is True
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

@@ -28,21 +28,27 @@ from typing import Any
 import numpy as np
 import soxr
 
+from simulst.audio.io import too_long
 from simulst.errors import AudioError
 
 # The containers a stream may come in, by the name a client uses, and FFmpeg's demuxer for each.
 STREAM_FORMATS = {"webm": "matroska", "ogg": "ogg"}
 
 
-def decode_audio(source: str | Path | bytes, sample_rate: int, what: str = "the audio") -> np.ndarray:
-    """The first audio stream of a file (a path, or its bytes) as mono float32 at ``sample_rate``.
+def decode_audio(source: str | Path | bytes, sample_rate: int, what: str = "the audio",
+                 max_s: float | None = None) -> np.ndarray:
+    """The first audio stream of a file (a path, or its bytes) as mono float32 at ``sample_rate``, decoded a frame
+    at a time up to ``max_s`` seconds.
 
     Raises:
+        AudioTooLong: more than ``max_s`` seconds decoded (no frame is decoded past the one that passes it).
         AudioError: FFmpeg cannot open or decode it, it holds no audio stream, or no samples.
     """
     av = _av()
     opened = io.BytesIO(source) if isinstance(source, bytes) else str(source)
     chunks: list[np.ndarray] = []
+    limit = None if max_s is None else max_s * sample_rate
+    decoded = 0
     try:
         with av.open(opened, mode="r") as container:
             if not container.streams.audio:
@@ -50,6 +56,10 @@ def decode_audio(source: str | Path | bytes, sample_rate: int, what: str = "the 
             mono = _MonoResampler(sample_rate)
             for frame in _frames(container):
                 chunks.append(mono.frame(frame))
+                decoded += chunks[-1].shape[0]
+                if limit is not None and decoded > limit:
+                    assert max_s is not None
+                    raise too_long(what, max_s)
             chunks.append(mono.flush())
     except AudioError:
         raise

@@ -4,11 +4,18 @@ libsndfile (soundfile) reads what it knows (wav, flac, ogg / vorbis / opus, mp3)
 aac, webm, mp3 that libsndfile refuses, ... - is decoded with FFmpeg (PyAV, :mod:`simulst.audio.container`).
 libsndfile goes first because it reads PCM files exactly and fastest, and every result measured on the shared wav
 and flac files was read by it; FFmpeg is the fallback for the containers it does not know.
+
+**A duration limit** (``max_s``, the server's ``--max-audio-s`` for uploads): decoding stops as soon as the audio
+decoded passes the limit, raising :class:`AudioTooLong`, and the rest of the file is never decoded (a long upload
+costs the server no more than the limit's worth of decoding): libsndfile reads at most one frame past it (a header
+that says the file is longer than the limit; a shorter one is read whole, as without a limit), FFmpeg decodes
+frame by frame and stops at the first frame past it.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import BinaryIO
 
@@ -19,6 +26,24 @@ import soxr
 from simulst.errors import AudioError
 
 SILENCE_PEAK = 1e-4  # about -80 dBFS: below this the whole signal is treated as digital silence
+
+
+class AudioTooLong(AudioError):
+    """The audio passed a duration limit; its decoding stopped there.
+
+    Args:
+        message: what the user is told.
+        limit_s: the limit.
+    """
+
+    def __init__(self, message: str, limit_s: float) -> None:
+        super().__init__(message)
+        self.limit_s = limit_s
+
+
+def too_long(what: str, limit_s: float) -> AudioTooLong:
+    """The error for ``what``, longer than ``limit_s`` seconds."""
+    return AudioTooLong(f"{what} is longer than the limit of {limit_s:g} s", limit_s)
 
 
 def load_audio(path: str | Path, sample_rate: int = 16000) -> np.ndarray:
@@ -37,27 +62,31 @@ def load_audio(path: str | Path, sample_rate: int = 16000) -> np.ndarray:
         return _decode(file, sample_rate, str(path))
 
 
-def read_audio_bytes(data: bytes, sample_rate: int = 16000, what: str = "the uploaded audio") -> np.ndarray:
-    """:func:`load_audio` for a file's bytes (an upload).
+def read_audio_bytes(data: bytes, sample_rate: int = 16000, what: str = "the uploaded audio",
+                     max_s: float | None = None) -> np.ndarray:
+    """:func:`load_audio` for a file's bytes (an upload), decoded only up to ``max_s`` seconds.
 
     Raises:
+        AudioTooLong: the audio is longer than ``max_s`` (found as soon as that much of it is decoded).
         AudioError: empty, not audio, or holds NaN/Inf samples.
     """
     if not data:
         raise AudioError(f"{what} is empty")
-    return _decode(io.BytesIO(data), sample_rate, what)
+    return _decode(io.BytesIO(data), sample_rate, what, max_s)
 
 
-def _decode(file: BinaryIO, sample_rate: int, what: str) -> np.ndarray:
-    """libsndfile first; FFmpeg for what it does not read."""
+def _decode(file: BinaryIO, sample_rate: int, what: str, max_s: float | None = None) -> np.ndarray:
+    """libsndfile first; FFmpeg for what it does not read; either stops once past ``max_s`` seconds."""
     try:
-        data, rate = sf.read(file, dtype="float32", always_2d=True)
+        data, rate = _read_sndfile(file, what, max_s)
     except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as sndfile_error:
         from simulst.audio.container import decode_audio
 
         file.seek(0)
         try:
-            audio = decode_audio(file.read(), sample_rate, what)
+            audio = decode_audio(file.read(), sample_rate, what, max_s)
+        except AudioTooLong:
+            raise
         except AudioError as err:
             reason = str(getattr(sndfile_error, "error_string", None) or sndfile_error).rstrip(".")
             ffmpeg_reason = getattr(err.__cause__, "strerror", None) or err
@@ -72,6 +101,26 @@ def _decode(file: BinaryIO, sample_rate: int, what: str) -> np.ndarray:
     if rate != sample_rate:
         audio = soxr.resample(audio, rate, sample_rate, quality="HQ").astype(np.float32)
     return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def _read_sndfile(file: BinaryIO, what: str, max_s: float | None) -> tuple[np.ndarray, int]:
+    """The file's frames (frames x channels, float32) and rate, read by libsndfile as ``soundfile.read`` does (from a
+    seek to the start: libsndfile's Opus decoder reads right only after one), in one call when the header's length
+    is within ``max_s`` seconds (the very samples ``soundfile.read`` gives), else at most one frame past the limit.
+
+    Raises:
+        AudioTooLong: more than ``max_s`` seconds of frames.
+    """
+    with sf.SoundFile(file) as sound:
+        rate = int(sound.samplerate)
+        if sound.seekable():
+            sound.seek(0)
+        if max_s is None or sound.frames <= max_s * rate:
+            return sound.read(dtype="float32", always_2d=True), rate
+        data = sound.read(math.floor(max_s * rate) + 1, dtype="float32", always_2d=True)
+    if data.shape[0] > max_s * rate:
+        raise too_long(what, max_s)
+    return data, rate  # (the header said longer than the audio holds)
 
 
 def check_audio(audio: np.ndarray, what: str = "audio") -> None:

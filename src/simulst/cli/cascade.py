@@ -86,7 +86,7 @@ def run_cascade(args: argparse.Namespace) -> int:
     mt_options = mt_options_from_args(args)
     speech = _speech_output(args)
     audio = load_audio(args.audio)
-    output = StreamOutput(args.format, args.output, args.realtime, args.cue_times)
+    output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     engine = cascade_from_args(args, mt_options)
     if engine.sample_rate != 16000:
         audio = load_audio(args.audio, engine.sample_rate)

@@ -135,7 +135,8 @@ def live_command(args: argparse.Namespace) -> int:
         raise OptionError(f"--capture-rate must be positive, got {args.capture_rate:g}")
     options = stream_options_from_args(args)
     device = find_input_device(args.input_device)  # fails before the model loads
-    output = StreamOutput(args.format, args.output, realtime=True, cue_times=args.cue_times)
+    output = StreamOutput(args.format, args.output, realtime=True, cue_times=args.cue_times,
+                          merge_short=args.merge_short_cues)
     try:
         engine: Engine = cascade_from_args(args) if args.to else SpeechEngine(model_from_args(args, task=args.task))
         stream = engine.open(options, catch_up=True)

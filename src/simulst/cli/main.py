@@ -95,7 +95,7 @@ def run_stream(args: argparse.Namespace) -> int:
     """The transcribe subcommand (and translate without ``--to``)."""
     options = stream_options_from_args(args)
     audio = load_audio(args.audio)
-    output = StreamOutput(args.format, args.output, args.realtime, args.cue_times)
+    output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     model = model_from_args(args, task=args.task)
     if model.sample_rate != 16000:
         audio = load_audio(args.audio, model.sample_rate)

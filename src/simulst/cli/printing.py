@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from simulst.errors import OptionError
 from simulst.streaming.engine import Stream
-from simulst.streaming.subtitles import CUE_TIMES, SubtitleWriter
+from simulst.streaming.subtitles import CUE_TIMES, CaptionLimits, SubtitleWriter
 from simulst.streaming.subtitles import FORMATS as SUBTITLE_FORMATS
 from simulst.types import Emission
 
@@ -48,6 +48,11 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cue-times", choices=CUE_TIMES, default="spoken",
                         help="srt | vtt captions timed by when their words were spoken (default) or by when they were "
                              "committed (what a live viewer sees)")
+    parser.add_argument("--merge-short-cues", action=argparse.BooleanOptionalAction, default=None,
+                        help="srt | vtt: merge each caption shorter than 1 s or 3 words into the next where their "
+                             "words fit in one caption (2 lines of 42 characters); default: on for a FILE (-o) written "
+                             "by a run that is not --realtime, off on stdout and in real time, where captions are "
+                             "followed as they are written")
     parser.add_argument("--output", "-o", metavar="FILE", default=None,
                         help="with --format srt|vtt|tsv|whisper-streaming: write to FILE (stdout then shows the live "
                              "lines); default: that output alone on stdout, the summary on stderr")
@@ -125,7 +130,8 @@ class StreamOutput:
     """Where a stream command's output goes (``--format``, ``--cue-times``, ``--output``).
 
     ``text`` and ``json`` print live lines on stdout. ``srt`` and ``vtt`` write live subtitles
-    (:class:`~simulst.streaming.subtitles.SubtitleWriter`, timed by ``cue_times``), ``tsv`` and
+    (:class:`~simulst.streaming.subtitles.SubtitleWriter`, timed by ``cue_times``; to a file, short captions merged
+    into the next, ``merge_short``: by default when the file is written by a run that is not ``realtime``), ``tsv`` and
     ``whisper-streaming`` a line per emission, to ``path``, stdout showing the live text lines as usual, or,
     without a path (or ``-``), to stdout and nothing else: the summary then goes to stderr (:attr:`summary`).
 
@@ -134,7 +140,8 @@ class StreamOutput:
             cannot be written.
     """
 
-    def __init__(self, fmt: str, path: str | None = None, realtime: bool = False, cue_times: str = "spoken") -> None:
+    def __init__(self, fmt: str, path: str | None = None, realtime: bool = False, cue_times: str = "spoken",
+                 merge_short: bool | None = None) -> None:
         if fmt not in STREAM_FORMATS:
             raise OptionError(f"unknown output format {fmt!r} ({', '.join(STREAM_FORMATS)})")
         if path is not None and fmt not in FILE_FORMATS:
@@ -154,7 +161,9 @@ class StreamOutput:
                 except OSError as err:
                     raise OptionError(f"cannot write {fmt} to {path}: {err.strerror or err}") from err
         if fmt in SUBTITLE_FORMATS and self._sink is not None:
-            self.subtitles = SubtitleWriter(self._sink, fmt, times=cue_times)
+            to_file = not self._on_stdout
+            merge = (to_file and not realtime) if merge_short is None else (merge_short and to_file)
+            self.subtitles = SubtitleWriter(self._sink, fmt, CaptionLimits(merge_short=merge), times=cue_times)
         elif fmt == "tsv" and self._sink is not None:
             self._write(TSV_HEADER)
         self._printer = json_printer if fmt == "json" else None if self._on_stdout else text_printer

@@ -45,9 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transcripts", metavar="DIR", default=None,
                    help="append every stream's committed output to DIR/<time>-<stream>.jsonl, flushed per emission")
     p.add_argument("--batching", choices=("auto", "on", "off"), default="auto",
-                   help="on: decode concurrent streams in batched model calls; off: one stream at a time, each "
-                        "reading all its pending audio when its turn comes; auto (default): on for a GPU, off on "
-                        "a CPU, where it measured better (bench/results/serve_load.md)")
+                   help="on: decode concurrent streams in batched model calls; off: each stream's due work is a "
+                        "job, run --workers at a time, reading all the stream's pending audio when it starts; "
+                        "auto (default): on for a GPU, off on a CPU, where it measured better "
+                        "(bench/results/serve_load.md)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="without batching, the most streams decoded at once, each on one core (1: one at a time on "
+                        "all the torch threads; default 0: as many as torch has threads, the cores)")
     p.add_argument("--mt", default="apertium", help="MT back-end for cascade streams (\"to\"): apertium (default)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     access = p.add_argument_group("access, limits and operation")
@@ -68,15 +72,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="the largest HTTP request body, in MiB; larger uploads are refused with 413 before "
                              "they are read (default 25)")
     access.add_argument("--max-audio-s", type=float, default=Limits.max_audio_s,
-                        help="the longest audio of one stream or one uploaded file, in seconds; 0: no limit "
-                             "(default 7200)")
+                        help="the longest audio of one stream or one uploaded file, in seconds (an upload's "
+                             "decoding stops there); 0: no limit (default 7200)")
     access.add_argument("--max-speed", type=float, default=Limits.max_speed,
                         help="cut off clients sending audio faster than this many times real time (default 2)")
     access.add_argument("--start-timeout-s", type=float, default=Limits.start_timeout_s,
                         help="close a websocket that sends no start message within this time (default 5)")
     access.add_argument("--shutdown-grace-s", type=float, default=10.0,
                         help="on SIGTERM / Ctrl-C, how long open streams get to finish: each is ended as if its "
-                             "client had sent 'end' and gets its final (default 10)")
+                             "client had sent 'end' and gets its final; the process then exits 0 (default 10)")
     cluster = p.add_argument_group("cluster (Ray Serve; docs/cluster-serve.md)")
     cluster.add_argument("--cluster", choices=("local", "ray"), default="local",
                          help="local (default): one process on this machine; ray: the same app deployed on Ray "
@@ -107,6 +111,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
             raise OptionError(f"{flag} must be > 0, got {value}")
     if args.max_per_client < 1:
         raise OptionError(f"--max-per-client must be >= 1, got {args.max_per_client}")
+    if args.workers < 0:
+        raise OptionError("--workers must be >= 0 (0: one per torch thread)")
     if args.max_audio_s < 0 or args.shutdown_grace_s < 0:
         raise OptionError("--max-audio-s and --shutdown-grace-s must be >= 0")
     for path in (args.ssl_certfile, args.ssl_keyfile):
@@ -123,6 +129,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         limits=limits, max_streams=args.max_streams,
                         token=args.token, transcripts=Path(args.transcripts) if args.transcripts else None,
                         batched=args.batching == "on" or (args.batching == "auto" and args.device != "cpu"),
+                        workers=args.workers,
                         mt=args.mt, default_language=args.language, allow_origins=tuple(args.allow_origin),
                         max_per_client=args.max_per_client, max_body_bytes=round(args.max_upload_mb * (1 << 20)),
                         shutdown_grace_s=args.shutdown_grace_s)
@@ -158,7 +165,7 @@ def cluster_scaling(args: argparse.Namespace) -> Scaling | None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Load the model and serve until interrupted (SIGTERM / SIGINT: a graceful shutdown)."""
+    """Load the model and serve until interrupted (SIGTERM / SIGINT: a graceful shutdown, then exit status 0)."""
     if args.cluster == "ray":
         _require_ray()
     scaling = cluster_scaling(args)

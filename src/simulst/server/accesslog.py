@@ -3,7 +3,8 @@
 The lines go to the ``simulst.access`` logger. Fields: ``time`` (UTC, ISO 8601), ``kind`` (``http`` or
 ``stream``), ``client`` (``host:port``), ``method`` (HTTP), ``path`` (never the query string), ``status`` (the HTTP
 status, or the websocket close code), ``duration_ms``, ``bytes_in``, ``bytes_out`` (HTTP), ``stream`` (the stream's
-id), ``audio_s`` (audio received), ``reason`` (why it was refused, or how a stream ended). Nothing from headers or
+id; a Realtime connection, one line for the session: its session id), ``audio_s`` (audio received), ``reason`` (why
+it was refused, or how a stream ended). Nothing from headers or
 the query string is written, so no token reaches these lines; :class:`RedactTokens` scrubs tokens from the lines of
 other loggers too (uvicorn logs a websocket's path with its query, and at debug level its request headers).
 

@@ -8,7 +8,8 @@ status with a JSON body (HTTP) - and logged; the other streams go on.
 A websocket is admitted in this order, and takes a stream slot (``--max-streams``) only at the end: its
 ``Origin`` (:func:`~simulst.server.access.origin_allowed`), the per-client connection cap, the token
 (``Authorization: Bearer`` or the subprotocol ``bearer.TOKEN``; never the URL), then its ``start`` message
-within ``start_timeout_s``. Idle or unauthorised sockets therefore never hold a slot. HTTP requests pass
+within ``start_timeout_s``. Idle or unauthorised sockets therefore never hold a slot. The Realtime endpoint
+(:mod:`simulst.server.realtime`) shares the same counter, metrics, access log and shutdown. HTTP requests pass
 :class:`~simulst.server.limits.Guard` (URL token, origin, per-client cap, body size) and
 :class:`~simulst.server.accesslog.AccessLog`.
 """
@@ -155,7 +156,7 @@ def create_app(service: Service, replica: str | None = None, peers: Peers | None
         await StreamConnection(websocket, hub).serve()
 
     openai_api.register(app, service, scheduler)
-    realtime.register(app, service, scheduler)  # /v1/realtime?intent=transcription
+    realtime.register(app, hub)  # /v1/realtime?intent=transcription
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(Guard, max_body_bytes=config.max_body_bytes, allow_origins=config.allow_origins,

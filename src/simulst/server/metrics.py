@@ -2,8 +2,9 @@
 
 Each app has its own registry (several apps may live in one process, as in the tests). What is exported:
 
-* ``simulst_streams_open{kind}``: streams being decoded, ``live`` (websockets) and ``file`` (uploads);
-  ``simulst_connections_waiting``: websockets accepted that have not sent their ``start`` yet;
+* ``simulst_streams_open{kind}``: streams being decoded, ``live`` (websockets: ``/ws`` and Realtime sessions with
+  audio) and ``file`` (uploads); ``simulst_connections_waiting``: websockets accepted that have not sent their
+  ``start`` (a Realtime session: its first event) yet;
 * ``simulst_scheduler_busy_streams``: streams with a decoding job queued or running (the scheduler's queue);
   ``simulst_scheduler_lag_seconds``: the most audio any live stream has received and not yet had decoded;
   ``simulst_scheduler_jobs_total``: jobs run;
@@ -12,6 +13,9 @@ Each app has its own registry (several apps may live in one process, as in the t
   output's own length as the reference length as SimulEval without references; RTF: the stream's compute
   time over its audio's duration);
 * ``simulst_streams_total{outcome}``: websocket streams by how they ended (``final``, ``error``, ``left``);
+  a Realtime session's streams (one per commit) are counted, and observed in the histograms, as ``/ws`` streams
+  are, in the same series (an operator watches one server's load and latency, whichever endpoint carries it;
+  the access log tells the endpoints apart);
 * ``simulst_refusals_total{reason}``: connections and requests refused, by reason (:data:`REFUSALS`);
 * ``simulst_http_requests_total{method, route, status}``: HTTP requests by route template (``other`` for none).
 """
@@ -27,7 +31,8 @@ from simulst.evaluation.latency import average_lagging
 from simulst.types import Emission
 
 # why a connection or a request was refused
-REFUSALS = ("full", "auth", "origin", "per_client", "start_timeout", "oversize", "flood", "protocol", "shutdown")
+REFUSALS = ("full", "auth", "origin", "per_client", "start_timeout", "idle", "oversize", "flood", "protocol",
+            "shutdown")
 OUTCOMES = ("final", "error", "left")
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -12,8 +12,9 @@ and live streams share the batched model calls; its committed text is never retr
 the speech in English: Whisper's translate task on a multilingual model; an English-only model serves it as a
 transcription (its speech is English already).
 
-**prompt** is the text said before the file's audio (openai-whisper's initial prompt): it conditions every decode
-as previous text, carried before the stream's own previous text (:func:`seed_prompt`).
+**prompt** is the text said before the file's audio (openai-whisper's initial prompt): the stream is opened with it
+(``StartRequest.prompt``, :class:`~simulst.streaming.prompt.PromptBuilder`'s initial prompt) and it conditions every
+decode as previous text, carried before the stream's own previous text.
 
 **stream=true** answers server-sent events as the file is decoded: a ``transcript.text.delta`` per committed
 emission (the increments concatenate to the text), then one ``transcript.text.done`` with the whole text; a
@@ -23,10 +24,19 @@ leaves the scheduler, no further chunk of it is decoded.
 **verbose_json** gives ``task``, ``language``, ``duration`` (s), ``text``, ``segments`` (the emissions grouped into
 sentences: a segment ends with an emission whose text ends a sentence, where the next starts a new word;
 ``start`` / ``end`` are the spoken times of its words, ``tokens`` its committed tokens, ``temperature`` 0,
-``compression_ratio`` as openai-whisper computes it, ``avg_logprob`` and ``no_speech_prob`` null: a streamed
-segment is committed from several decodes, no one probability stands for it), and with
-``timestamp_granularities[]=word`` the ``words`` with their spoken times. ``include[]=logprobs`` is refused (as
-OpenAI refuses it for ``whisper-1``): the commits keep no log-probabilities.
+``compression_ratio`` as openai-whisper computes it), and with ``timestamp_granularities[]=word`` the ``words``
+with their spoken times. ``avg_logprob`` and ``no_speech_prob`` are null: the committed emissions carry no
+probabilities. A search keeps a hypothesis's log-probability only as one sum over the tokens it searched
+(``Hypothesis.score``), and a policy commits a prefix of them (the tail is searched again in the next chunk, where
+the committed tokens are forced and not scored), so the committed tokens' own log-probabilities are never kept;
+Whisper's ``no_speech_prob`` is computed by the no-speech guard (only when it is on) for a decode's whole buffer,
+not for a segment, and is not kept either. Filling them needs the search and the commit to record them (the
+engine: ``Hypothesis``, ``Emission``), or a decoder pass per segment over its committed tokens; neither is done.
+``include[]=logprobs`` is refused (as OpenAI refuses it for ``whisper-1``): the commits keep no log-probabilities.
+
+**Limits.** The body is bounded by ``--max-upload-mb`` before it is read (:class:`~simulst.server.limits.Guard`);
+the file's audio by ``--max-audio-s``: it is decoded only up to the limit - the decoder stops as soon as the audio
+passes it (:func:`~simulst.audio.io.read_audio_bytes`) - and answered 413 ``audio_too_long``.
 
 **Errors** are OpenAI's ``{"error": {"message", "type", "param", "code"}}`` on every path of the app, FastAPI's
 own 404 / 405 / 422 and unhandled failures included (:func:`~simulst.server.access.json_error`). The token, when
@@ -54,15 +64,14 @@ from starlette.background import BackgroundTask
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from simulst.audio.io import read_audio_bytes
+from simulst.audio.io import AudioTooLong, read_audio_bytes
 from simulst.errors import OptionError, SimulstError
-from simulst.models.base import PreviousTextPrompter
 from simulst.server.access import authorized, bearer, error_body, json_error
 from simulst.server.protocol import ProtocolError, StartRequest
 from simulst.server.scheduler import Slot
 from simulst.streaming.commit import SENTENCE_ENDS
 from simulst.streaming.engine import Stream
-from simulst.streaming.prompt import PromptBuilder
+from simulst.streaming.prompt import MAX_PREVIOUS_TOKENS, initial_prompt
 from simulst.streaming.session import Session
 from simulst.streaming.subtitles import render_subtitles
 from simulst.types import Emission, spoken_words
@@ -76,7 +85,7 @@ log = logging.getLogger("simulst.server")
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 STREAMED_FORMATS = ("json", "text")  # stream=true answers events, whose text is the same in either
 GRANULARITIES = ("segment", "word")
-MAX_PROMPT_TOKENS = 223  # openai-whisper's limit on previous text: half the decoder's 448 positions, less one
+MAX_PROMPT_TOKENS = MAX_PREVIOUS_TOKENS  # openai-whisper's limit on previous text (the prompt's last tokens)
 _CLOSING = "\"')]}»”’"
 
 
@@ -165,9 +174,12 @@ async def _handle(request: Request, service: Service, scheduler: Scheduler, task
     try:
         parsed = await _parse(request, task if service.multilingual else "transcribe")
         audio = await asyncio.to_thread(read_audio_bytes, parsed.data, service.sample_rate,
-                                        f"the uploaded file {parsed.filename!r}")
+                                        f"the uploaded file {parsed.filename!r}", service.config.limits.max_audio_s)
     except RequestError as err:
         return err.response()
+    except AudioTooLong as err:  # (its decoding stopped at the limit)
+        return json_error(413, f"the audio is longer than this server's limit of {err.limit_s:g} s per stream or "
+                               "file (its operator sets it with --max-audio-s)", "file", "audio_too_long")
     except SimulstError as err:  # the audio
         return json_error(400, str(err), "file")
     if not scheduler.reserve():
@@ -282,11 +294,9 @@ class _Release:
 
 async def _open(service: Service, scheduler: Scheduler, parsed: AudioRequest, audio: np.ndarray) -> Slot:
     """The file's stream, added to the scheduler with all its audio."""
-    start = StartRequest(service.sample_rate, parsed.task, parsed.language)
+    start = StartRequest(service.sample_rate, parsed.task, parsed.language, prompt=parsed.prompt)
     try:
         opened = await asyncio.to_thread(service.open, start)
-        if parsed.prompt:
-            seed_prompt(opened.stream, parsed.prompt)
     except OptionError as err:
         raise RequestError(400, str(err), "language" if parsed.language else None) from err
     except SimulstError as err:
@@ -461,40 +471,12 @@ def _language_name(code: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------- prompt
 def seed_prompt(stream: Stream, text: str) -> None:
-    """Condition ``stream``'s decoder on ``text``, said before its audio (openai-whisper's initial prompt, carried
-    into every decode as in its ``carry_initial_prompt``): the prompt's last :data:`MAX_PROMPT_TOKENS` tokens,
-    then as much of the stream's own previous text as fits in that many.
+    """Give ``stream``, opened without a prompt and not decoded yet, the initial prompt ``text`` (the endpoints
+    pass theirs when they open the stream: :attr:`StartRequest.prompt <simulst.server.protocol.StartRequest>`).
 
     Raises:
         OptionError: the stream's model takes no previous text (or the stream is a cascade).
     """
-    if not isinstance(stream, Session) or not isinstance(stream.model, PreviousTextPrompter):
+    if not isinstance(stream, Session):
         raise OptionError("this server's model takes no prompt")
-    tokens = tuple(stream.model.tokenizer.encode(" " + text.strip()))[-MAX_PROMPT_TOKENS:]
-    carried = CarriedPrompt(stream.prompt, tokens)
-    stream.prompt = stream.decoder.prompt = carried
-
-
-class CarriedPrompt(PromptBuilder):
-    """A stream's prompt builder with the client's prompt before the stream's own previous text.
-
-    Args:
-        base: the stream's builder (not used yet: its options are taken over).
-        carried: the prompt's tokens.
-    """
-
-    def __init__(self, base: PromptBuilder, carried: tuple[int, ...]) -> None:
-        super().__init__(base.context_tokens, base.scope)
-        self.fixed, self.context_from = base.fixed, base.context_from
-        self.carried = carried
-
-    def build(self, model: Any, before: Sequence[int]) -> tuple[int, ...]:
-        own = super().build(model, before)
-        assert self.fixed is not None
-        if not isinstance(model, PreviousTextPrompter):
-            return own
-        # the stream's own previous text, without its <|startofprev|> (previous_text's first token)
-        previous = own[1 : len(own) - len(self.fixed)]
-        room = MAX_PROMPT_TOKENS - len(self.carried)
-        kept = previous[len(previous) - room :] if room > 0 and previous else ()
-        return (*model.previous_text((*self.carried, *kept), MAX_PROMPT_TOKENS), *self.fixed)
+    stream.prompt.initial = initial_prompt(stream.model, text)

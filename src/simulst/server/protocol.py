@@ -100,6 +100,7 @@ class StartRequest:
     vad: bool | None = None
     speech: bool = False
     format: str = "pcm16"
+    prompt: str | None = None  # text said before the audio (the OpenAI endpoints' prompt; not a start field)
 
 
 _START_FIELDS = {"type", "sample_rate", "task", "language", "to", "policy", "chunk_ms", "vad", "speech", "token",

@@ -29,6 +29,20 @@ Bearer``, or the browser subprotocol ``openai-insecure-api-key.TOKEN``), a forei
 faster than real time, no event within the start timeout or none for :data:`IDLE_S` end the session (close 1008 or
 1013). A stream that fails sends ``conversation.item.input_audio_transcription.failed`` and closes (1011). A session
 takes one of the server's stream places while it has audio to transcribe, not while it idles.
+
+**Operation**, as ``/ws`` (:mod:`simulst.server.app`): a session is admitted in the same order - its ``Origin``, the
+server not shutting down (else 1001), the per-client cap (``--max-per-client``, counted with the address's ``/ws``
+streams and uploads; code ``too_many_connections``, close 1013), then the key. Its streams are live streams in the
+metrics, in the same series as ``/ws``: ``simulst_streams_open{kind="live"}`` while it has audio, one
+``simulst_streams_total{outcome}`` per stream (``final`` at a commit's or a shutdown's final decode, with an AL and
+an RTF observation; ``error``; ``left`` for an item cleared or dropped when the client leaves), its refusals in
+``simulst_refusals_total{reason}`` (``idle`` for the :data:`IDLE_S` cut). Each connection is one access line
+(``kind`` ``stream``, ``path`` ``/v1/realtime``, ``stream`` the session id, ``status`` the close code, ``bytes_in``
+and ``audio_s`` the audio appended, ``reason``: the refusal, ``closed`` or ``left`` when the client closed it
+(``left``: with an item not committed), ``error``, ``shutdown``). At a shutdown (SIGTERM / SIGINT) each session's
+item that has audio is ended as if the client had committed it - its final decode, ``committed`` and ``completed``
+with the text of all its audio - and the connection is closed with 1001, within ``--shutdown-grace-s``; a session
+without such an item (with turn detection: no speech going on) is closed with 1001 at once.
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ import itertools
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -48,19 +63,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from fastapi import FastAPI, WebSocket
 
-from simulst.audio.vad import VoiceActivity, VoiceEvent
+from simulst.audio.vad import VoiceActivity
 from simulst.errors import SimulstError
+from simulst.server import accesslog
 from simulst.server.access import authorized, bearer, origin_allowed, subprotocol_token
-from simulst.server.openai_api import seed_prompt
 from simulst.server.protocol import ProtocolError, StartRequest
 from simulst.server.scheduler import Audio, Message, Slot
-from simulst.streaming.segmenter import VadSegmenter, VoiceDetector
+from simulst.streaming.segmenter import VadSegmenter
 from simulst.streaming.session import Session
-from simulst.types import Costs
 
 if TYPE_CHECKING:
-    from simulst.server.scheduler import Scheduler
-    from simulst.server.service import Service
+    from simulst.server.app import Hub
 
 log = logging.getLogger("simulst.server")
 
@@ -71,26 +84,28 @@ KEY_SUBPROTOCOL = "openai-insecure-api-key."  # a browser's API key, offered as 
 MIN_COMMIT_MS = 100.0  # OpenAI refuses to commit less audio
 IDLE_S = 60.0  # a session that sends nothing for this long is closed
 MAX_PROMPT_CHARS = 4096
-NORMAL, POLICY, SERVER_ERROR, TRY_LATER = 1000, 1008, 1011, 1013
+NORMAL, GOING_AWAY, POLICY, SERVER_ERROR, TRY_LATER = 1000, 1001, 1008, 1011, 1013
 _sessions = itertools.count(1)
 
 
 class RealtimeError(SimulstError):
-    """A client event the session refuses: the ``error`` event's code and param; ``fatal`` closes the session."""
+    """A client event the session refuses: the ``error`` event's code and param; ``fatal`` closes the session,
+    with the close code ``close``, and counts a refusal for ``reason`` (:data:`~simulst.server.metrics.REFUSALS`)."""
 
     def __init__(self, message: str, code: str = "invalid_value", param: str | None = None,
-                 fatal: bool = False) -> None:
+                 fatal: bool = False, reason: str = "protocol", close: int = POLICY) -> None:
         super().__init__(message)
         self.code, self.param, self.fatal = code, param, fatal
+        self.reason, self.close = reason, close
         self.event_id: str | None = None  # the client event at fault
 
 
-def register(app: FastAPI, service: Service, scheduler: Scheduler) -> None:
-    """Add ``/v1/realtime`` to ``app``."""
+def register(app: FastAPI, hub: Hub) -> None:
+    """Add ``/v1/realtime`` to ``app`` (its connections share ``hub``'s limits, metrics and shutdown with ``/ws``)."""
 
     @app.websocket("/v1/realtime")
     async def realtime(websocket: WebSocket) -> None:
-        await RealtimeConnection(websocket, service, scheduler).serve()
+        await RealtimeConnection(websocket, hub).serve()
 
 
 # ---------------------------------------------------------------------------------------------------- the session
@@ -240,46 +255,13 @@ _ULAW, _ALAW = _ulaw_table(), _alaw_table()
 # ---------------------------------------------------------------------------------------------------- items
 @dataclass
 class _Mark:
-    """What the stream's VAD did, and how many emissions the stream had then: ``feed`` (audio heard), ``start`` /
-    ``end`` (speech found; at the feed), ``ended`` (a segment end committed)."""
+    """What the stream's VAD heard (:data:`~simulst.streaming.segmenter.VoiceListener`), and how many emissions the
+    stream had then: ``start`` / ``end`` (speech found; before the stream committed anything of that audio),
+    ``taken`` (a segment end committed)."""
 
     kind: str
     emissions: int
     sample: int = 0
-
-
-class _MarkingDetector:
-    """The stream's voice activity detector, marking each feed and the speech starts and ends it finds."""
-
-    def __init__(self, inner: VoiceActivity, marks: list[_Mark], count: Callable[[], int]) -> None:
-        self.inner, self.marks, self.count = inner, marks, count
-
-    @property
-    def speaking(self) -> bool:
-        return self.inner.speaking
-
-    def feed(self, audio: np.ndarray) -> list[VoiceEvent]:
-        n = self.count()
-        self.marks.append(_Mark("feed", n))
-        events = self.inner.feed(audio)
-        self.marks += [_Mark(event.kind, n, event.sample) for event in events]
-        return events
-
-
-class _MarkingSegmenter(VadSegmenter):
-    """The stream's segmenter, marking where each segment end has been committed (the stream commits it between
-    this generator's yield of the end and its next step)."""
-
-    def __init__(self, detector: VoiceDetector, rate: int, reset_samples: float, marks: list[_Mark],
-                 count: Callable[[], int]) -> None:
-        super().__init__(detector, rate, reset_samples)
-        self.marks, self.count = marks, count
-
-    def hear(self, audio: np.ndarray, costs: Costs) -> Iterator[VoiceEvent]:
-        for event in super().hear(audio, costs):
-            yield event
-            if event.kind == "end":
-                self.marks.append(_Mark("ended", self.count(), event.sample))
 
 
 @dataclass
@@ -308,12 +290,14 @@ class ItemTracker:
     """Turns one stream's emissions and VAD marks into Realtime events (run in the stream's job, after it).
 
     An emission belongs to the item open when it was committed. The marks say how many emissions the stream had
-    at each VAD feed and, for each speech end, once the segment's own commit was made (the stream commits a segment
-    whole as soon as its end is heard): the emissions up to that mark complete the item, later ones go to the next.
-    Without turn detection the stream's emissions form one item, completed when the stream ends (a commit).
+    at each speech start and end its VAD heard and, for each speech end, once the segment's own commit was made
+    (the stream commits a segment whole as soon as its end is heard): the emissions up to that mark complete the
+    item, later ones go to the next. Without turn detection the stream's emissions form one item, completed when
+    the stream ends (a commit).
 
     Args:
-        session: the stream (its VAD segmenter is replaced by a marking one when ``vad``).
+        session: the stream (with ``vad``, its VAD segmenter is replaced by one with the session's threshold and
+            silence, which tells this tracker what it hears).
         items: the connection's items.
         config: the session's settings.
     """
@@ -325,13 +309,17 @@ class ItemTracker:
         self.seen_marks = 0
         self.seen = 0  # emissions turned into deltas
         self.item: _Item | None = None
+        self.vad = config.vad
+        self.drained = False  # the stream was ended by the server's shutdown, not by a commit
         self.lock = threading.Lock()
         if config.vad:
-            count = self._count
-            detector = _MarkingDetector(VoiceActivity(self.rate, config.threshold, config.silence_ms, PAD_MS),
-                                        self.marks, count)
-            session.segmenter = _MarkingSegmenter(detector, self.rate, session.options.context_reset_s * self.rate,
-                                                  self.marks, count)
+            detector = VoiceActivity(self.rate, config.threshold, config.silence_ms, PAD_MS)
+            session.segmenter = VadSegmenter(detector, self.rate, session.options.context_reset_s * self.rate,
+                                             listener=self._mark)
+
+    def _mark(self, kind: str, sample: int) -> None:
+        """(The segmenter's listener, in the stream's job) mark what the VAD heard."""
+        self.marks.append(_Mark(kind, self._count(), sample))
 
     def _count(self) -> int:
         return len(self.session.emissions)
@@ -347,7 +335,7 @@ class ItemTracker:
             self.seen_marks = len(self.marks)
             used: set[int] = set()
             for i, mark in enumerate(marks):
-                if mark.kind in ("feed", "start", "end"):
+                if mark.kind in ("start", "end"):
                     out += self._deltas(mark.emissions)
                 if mark.kind == "start" and (self.item is None or not self.item.spoken):
                     if self.item is None:
@@ -361,13 +349,14 @@ class ItemTracker:
                                 "audio_end_ms": round(end_ms)})
                     out.append(self._committed())
                     ended = next((j for j in range(i + 1, len(marks)) if j not in used
-                                  and marks[j].kind == "ended" and marks[j].sample == mark.sample), None)
+                                  and marks[j].kind == "taken" and marks[j].sample == mark.sample), None)
                     if ended is not None:
                         used.add(ended)
                         out += self._deltas(marks[ended].emissions)
                     out += self._complete(end_ms)
             out += self._deltas(self._count())
-            if finished:
+            if finished and not (self.drained and self.vad and self.item is None):
+                # (at a shutdown with turn detection and no speech going on, there is no item to complete)
                 end_ms = self._ms(self.session.read)
                 if self.item is None:
                     self.item = self.items.new(end_ms, spoken=False)
@@ -414,9 +403,11 @@ class ItemTracker:
 
 class RealtimeSlot(Slot):
     """A stream of a Realtime session: its jobs' output is the Realtime events of its items (the emission
-    messages stay in the job's output, for the transcripts log; the sender skips them)."""
+    messages stay in the job's output, for the transcripts log; the sender skips them). ``counted``: its end is
+    in the metrics already."""
 
     tracker: ItemTracker
+    counted: bool = False
 
     def job(self) -> Callable[[], list[Message | Audio]]:
         work = super().job()
@@ -442,20 +433,24 @@ class _Close:
     code: int
 
 
+class _Stopping(Exception):
+    """The server is shutting down: the session's pending item is finished and the connection closed (1001)."""
+
+
 class RealtimeConnection:
-    """One ``/v1/realtime`` websocket: admitted, then client events until it closes.
+    """One ``/v1/realtime`` websocket: admitted, then client events until it closes; logged as one access line.
 
     Args:
         websocket: the connection (not accepted yet).
-        service: the model's service.
-        scheduler: the server's scheduler.
+        hub: the app's shared parts (service, scheduler, per-client counter, open streams, metrics).
     """
 
-    def __init__(self, websocket: WebSocket, service: Service, scheduler: Scheduler) -> None:
-        self.ws, self.service, self.scheduler = websocket, service, scheduler
+    def __init__(self, websocket: WebSocket, hub: Hub) -> None:
+        self.ws, self.hub = websocket, hub
+        self.service, self.scheduler = hub.service, hub.scheduler
         self.id = f"sess_{next(_sessions):04d}"
-        self.limits = service.config.limits
-        self.config = SessionConfig(silence_ms=service.config.options.vad_pause_ms)
+        self.limits = self.service.config.limits
+        self.config = SessionConfig(silence_ms=self.service.config.options.vad_pause_ms)
         self.items = Items()
         self.slot: RealtimeSlot | None = None
         self.pump: asyncio.Task[None] | None = None
@@ -464,58 +459,125 @@ class RealtimeConnection:
         self.outgoing: asyncio.Queue[Message | _Close] = asyncio.Queue()
         self.event_ids = itertools.count(1)
         self.offered = list(websocket.scope.get("subprotocols") or [])
+        self.host = websocket.client.host if websocket.client else "unknown"
+        self.peer = f"{self.host}:{websocket.client.port}" if websocket.client else "unknown"
+        self.stopping = asyncio.Event()  # set when the server shuts down
+        # the access line: the close code sent, why the session ended, the audio bytes and seconds received
+        self.began = time.monotonic()
+        self.status: int | None = None
+        self.reason: str | None = None
+        self.bytes_in = 0
+        self.audio_s = 0.0
 
     async def serve(self) -> None:
-        """Admit the connection and answer its events until it closes."""
-        refusal = self._admission()
+        """Admit the connection, answer its events until it closes, then write its access line."""
+        counted = False
+        try:
+            refusal = self._admission()
+            if refusal is None:
+                counted = self.hub.clients.acquire(self.host)
+                refusal = None if counted else RealtimeError(
+                    f"too many connections from {self.host} at once (at most {self.hub.clients.limit}); close one "
+                    "first", code="too_many_connections", fatal=True, reason="per_client", close=TRY_LATER)
+            refusal = refusal or self._token_refusal()
+            await self._session(refusal)
+        finally:
+            if counted:
+                self.hub.clients.release(self.host)
+            accesslog.write("stream", client=self.peer, path=self.ws.url.path, stream=self.id, status=self.status,
+                            duration_ms=round((time.monotonic() - self.began) * 1000.0, 1), bytes_in=self.bytes_in,
+                            audio_s=round(self.audio_s, 2), reason=self.reason)
+
+    async def _session(self, refusal: RealtimeError | None) -> None:
+        """Accept, then run the session (or send the refusal) and close; the connection is one of the server's
+        open streams until its close is sent (a shutdown waits for it)."""
         await self.ws.accept(subprotocol="realtime" if "realtime" in self.offered else None)
         sender = asyncio.create_task(self._send())
-        code = NORMAL
-        try:
-            if refusal is not None:
-                raise refusal
-            self._emit({"type": "session.created", "session": self.config.describe(self.id)})
-            await self._receive()
-        except RealtimeError as err:
-            log.warning("realtime %s refused: %s", self.id, err)
-            self._emit(_error(err))
-            code = TRY_LATER if err.code == "server_full" else POLICY
-        except Exception as err:  # the connection broke
-            log.info("realtime %s: %s: %s", self.id, type(err).__name__, err)
-            code = SERVER_ERROR
-        finally:
-            self._drop_stream()
-            self.outgoing.put_nowait(_Close(code))
-            await asyncio.wait({sender}, timeout=5.0)
-            sender.cancel()
+        code, left = NORMAL, None
+        with self.hub.streams.track() as stopping:
+            self.stopping = stopping
+            try:
+                if refusal is not None:
+                    raise refusal
+                self._emit({"type": "session.created", "session": self.config.describe(self.id)})
+                await self._receive()
+                left = "left"  # the client closed the connection (an item not committed is dropped)
+            except _Stopping:
+                code = await self._finish_at_shutdown()
+            except RealtimeError as err:
+                log.warning("realtime %s refused: %s", self.id, err)
+                self.reason = err.reason
+                self.hub.metrics.refused(err.reason)
+                self._emit(_error(err))
+                code = err.close
+            except Exception as err:  # the connection broke
+                log.info("realtime %s: %s: %s", self.id, type(err).__name__, err)
+                code, self.reason = SERVER_ERROR, self.reason or "error"
+            finally:
+                if left is not None and self.slot is not None:
+                    self.reason = self.reason or "left"
+                self._drop_stream(left)
+                self.reason = self.reason or "closed"
+                self.outgoing.put_nowait(_Close(code))
+                await asyncio.wait({sender}, timeout=5.0)
+                sender.cancel()
 
     def _admission(self) -> RealtimeError | None:
-        """Why the connection is refused (None: admitted)."""
+        """Why the connection is refused before the per-client cap is counted (None: not for these reasons)."""
         ws, config = self.ws, self.service.config
         if ws.query_params.get("intent", "transcription") != "transcription":
             return RealtimeError("this endpoint serves transcription sessions only: connect with "
-                                 "?intent=transcription", param="intent")
+                                 "?intent=transcription", param="intent", fatal=True)
         origin = ws.headers.get("origin")
         if not origin_allowed(origin, ws.headers.get("host"), tuple(config.allow_origins)):
             return RealtimeError(f"web pages at {origin} may not use this server (its operator can allow them "
-                                 "with --allow-origin)", code="origin_not_allowed")
+                                 "with --allow-origin)", code="origin_not_allowed", fatal=True, reason="origin")
+        if self.hub.streams.closing:
+            return RealtimeError("the server is shutting down; try again later", code="server_shutting_down",
+                                 fatal=True, reason="shutdown", close=GOING_AWAY)
+        return None
+
+    def _token_refusal(self) -> RealtimeError | None:
+        """Why the connection's key is refused (None: it is not)."""
+        ws = self.ws
         if "token" in ws.query_params or "api_key" in ws.query_params:
             return RealtimeError("the key is not accepted in the URL (URLs land in logs): send it as an "
                                  f"'Authorization: Bearer KEY' header or the subprotocol '{KEY_SUBPROTOCOL}KEY'",
-                                 code="invalid_api_key")
+                                 code="invalid_api_key", fatal=True, reason="auth")
         key = (bearer(ws.headers.get("authorization")) or subprotocol_token(self.offered)
                or next((p[len(KEY_SUBPROTOCOL):] for p in self.offered if p.startswith(KEY_SUBPROTOCOL)), None))
         if not authorized(self.service, key):
             return RealtimeError("a valid API key is needed: 'Authorization: Bearer KEY' (or, from a browser, the "
-                                 f"subprotocol '{KEY_SUBPROTOCOL}KEY')", code="invalid_api_key")
+                                 f"subprotocol '{KEY_SUBPROTOCOL}KEY')", code="invalid_api_key", fatal=True,
+                                 reason="auth")
         return None
+
+    async def _finish_at_shutdown(self) -> int:
+        """The server is shutting down: the open item ends as if the client had committed it (its final decode,
+        its ``completed``); returns the close code, 1001."""
+        slot, pump = self.slot, self.pump
+        if slot is not None and pump is not None:
+            slot.tracker.drained = True
+            slot.end()
+            self.scheduler.poke()
+            await pump
+            log.info("realtime %s: stream %s ended by the server's shutdown", self.id, slot.id)
+        self.reason = self.reason or "shutdown"
+        return GOING_AWAY
 
     # ------------------------------------------------------------------------------------ client events
     async def _receive(self) -> None:
-        """Answer the client's events until it leaves (a fatal error raises)."""
+        """Answer the client's events until it leaves (a fatal error raises; the server's shutdown raises
+        :class:`_Stopping`)."""
         first = True
         while True:
-            text = await self._next(self.limits.start_timeout_s if first else IDLE_S, first)
+            if first:
+                self.hub.streams.waiting += 1
+            try:
+                text = await self._next(self.limits.start_timeout_s if first else IDLE_S, first)
+            finally:
+                if first:
+                    self.hub.streams.waiting -= 1
             if text is None:
                 return
             first = False
@@ -529,11 +591,20 @@ class RealtimeConnection:
     async def _next(self, timeout: float, first: bool) -> str | None:
         """The next text message (None: the client left)."""
         receiving = asyncio.ensure_future(self.ws.receive())
-        done, _ = await asyncio.wait({receiving}, timeout=timeout)
-        if not done:
-            receiving.cancel()
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            # (asyncio.wait reports a timeout by its result: no TimeoutError, which differs on Python 3.10)
+            done, _ = await asyncio.wait({receiving, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not receiving.done():
+                receiving.cancel()
+        if receiving not in done:
+            if self.stopping.is_set():
+                raise _Stopping
             what = "no event within" if first else "no event for"
-            raise RealtimeError(f"{what} {timeout:g} s: the session is closed", code="session_timeout", fatal=True)
+            raise RealtimeError(f"{what} {timeout:g} s: the session is closed", code="session_timeout", fatal=True,
+                                reason="start_timeout" if first else "idle")
         message = receiving.result()
         if message["type"] == "websocket.disconnect":
             return None
@@ -591,7 +662,9 @@ class RealtimeConnection:
             for pos in range(0, len(frames), step):
                 slot.feed(frames[pos : pos + step])
         except ProtocolError as err:  # too fast, too long
-            raise RealtimeError(str(err), code=getattr(err, "reason", "protocol"), fatal=True) from err
+            raise RealtimeError(str(err), code=err.reason, fatal=True, reason=err.reason) from err
+        self.bytes_in += len(data)
+        self.audio_s += len(frames) / 2 / self.config.rate
         self.appended_ms += len(frames) / 2 * 1000.0 / self.config.rate
         self.scheduler.poke()
 
@@ -600,14 +673,12 @@ class RealtimeConnection:
         if not self.reserved:
             if not self.scheduler.reserve():
                 raise RealtimeError(f"the server is full ({self.scheduler.max_streams} streams); try again later",
-                                    code="server_full", fatal=True)
+                                    code="server_full", fatal=True, reason="full", close=TRY_LATER)
             self.reserved = True
         config = self.config
-        start = StartRequest(config.rate, "transcribe", config.language, vad=config.vad)
+        start = StartRequest(config.rate, "transcribe", config.language, vad=config.vad, prompt=config.prompt)
         try:
             opened = await asyncio.to_thread(self.service.open, start)
-            if config.prompt:
-                seed_prompt(opened.stream, config.prompt)
         except SimulstError as err:  # (e.g. a language the model does not know): the place is given back
             self._drop_stream()
             raise RealtimeError(str(err), param="session.audio.input.transcription") from err
@@ -638,7 +709,7 @@ class RealtimeConnection:
     def _clear(self) -> None:
         slot = self.slot
         if slot is not None:
-            self._drop_stream()
+            self._drop_stream("left")  # (a stream dropped before its end, as a /ws stream whose client left)
             self._next_stream(slot)
         self.appended_ms = 0.0
         self._emit({"type": "input_audio_buffer.cleared"})
@@ -648,11 +719,14 @@ class RealtimeConnection:
         self.items.base_ms += slot.received_s * 1000.0
         self.appended_ms = 0.0
 
-    def _drop_stream(self) -> None:
-        """Stop the stream (no more of it is decoded) and give the session's place back."""
+    def _drop_stream(self, outcome: str | None = None) -> None:
+        """Stop the stream (no more of it is decoded) and give the session's place back. A stream that had not
+        reached its end is counted in the metrics with ``outcome`` (None: not counted; a refusal was)."""
         if self.pump is not None:
             self.pump.cancel()
         if self.slot is not None:
+            if outcome is not None and not self.slot.counted:
+                self.hub.metrics.ended(outcome)
             self.scheduler.remove(self.slot)
         self.slot, self.pump = None, None
         if self.reserved:
@@ -661,14 +735,23 @@ class RealtimeConnection:
 
     # ------------------------------------------------------------------------------------ server events
     async def _pump(self, slot: RealtimeSlot) -> None:
-        """Forward the stream's events until it closes; a failure fails the item and closes the session."""
+        """Forward the stream's events until it closes; a failure fails the item and closes the session. The
+        stream's end is counted in the metrics as a ``/ws`` stream's: its AL and RTF at its final."""
         while True:
             message = await slot.outbox.get()
             if message is None:
                 return
+            if isinstance(message, dict) and message.get("type") == "final":
+                slot.counted = True
+                self.hub.metrics.finished(slot.stream.emissions, float(message["source_ms"]),
+                                          float(message["compute_s"]))
+                self.hub.metrics.ended("final")
             if not isinstance(message, dict) or message.get("type") in ("emission", "final"):
                 continue
             if message.get("type") == "error":
+                slot.counted = True
+                self.hub.metrics.ended("error")
+                self.reason = "error"
                 text = str(message.get("message"))
                 for event in slot.tracker.failed(text):
                     self._emit(event)
@@ -685,6 +768,7 @@ class RealtimeConnection:
         while True:
             event = await self.outgoing.get()
             if isinstance(event, _Close):
+                self.status = event.code
                 with contextlib.suppress(Exception):
                     await self.ws.close(event.code)
                 return

@@ -2,7 +2,7 @@
 
 Every stream's model is a variant of the one loaded model (its own language and task, the same weights) seen
 through the server's runner (:mod:`simulst.streaming.batching`): with batching, the streams' encoder and decoder
-calls are gathered into batched calls; without, the streams run one after another.
+calls are gathered into batched calls; without, the streams' jobs run ``workers`` at a time, each on one core.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from simulst.config import POLICIES, PolicyOptions, StreamOptions
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
@@ -20,7 +22,7 @@ from simulst.models.whisper import WhisperModel
 from simulst.mt.backend import MTBackend
 from simulst.mt.loading import load_mt
 from simulst.server.protocol import Limits, StartRequest
-from simulst.streaming.batching import Batcher, Runner, SerialRunner
+from simulst.streaming.batching import Batcher, Runner, ThreadRunner
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.engine import Stream
 from simulst.streaming.session import Session
@@ -41,7 +43,9 @@ class ServerConfig:
         max_streams: the most concurrent streams (websockets and file requests); more are refused.
         token: a shared secret clients must present (None: none needed).
         transcripts: a directory where every stream's committed output is appended (None: not kept).
-        batched: decode concurrent streams in batched model calls (False: one stream at a time).
+        batched: decode concurrent streams in batched model calls (False: each stream's work in its own job).
+        workers: without batching, the most jobs at once, each on one core (1: one at a time, on all of torch's
+            threads; 0: as many as torch has threads).
         mt: the cascade's MT back-end (``apertium``, or a Hugging Face directory) for ``to`` requests.
         default_language: the source language of a stream that names none (None: the model's own).
         allow_origins: browser origins allowed beside the server's own and loopback ones (``*``: any).
@@ -58,6 +62,7 @@ class ServerConfig:
     token: str | None = None
     transcripts: Path | None = None
     batched: bool = True
+    workers: int = 0
     mt: str = "apertium"
     default_language: str | None = None
     allow_origins: tuple[str, ...] = ()
@@ -95,7 +100,7 @@ class Service:
         if config.batched and isinstance(model, WhisperModel):
             self.runner = Batcher(model, config.max_streams)
         else:
-            self.runner = SerialRunner()
+            self.runner = ThreadRunner(config.workers or torch.get_num_threads())
         self._lock = threading.Lock()
         self._mts: dict[tuple[str, str], MTBackend] = {}
         self._voices: dict[str, SpeechSynthesizer] = {}
@@ -140,6 +145,8 @@ class Service:
         if start.to:
             if start.task != "transcribe":
                 raise OptionError('a cascade ("to") translates the transcript: use task "transcribe" with it')
+            if start.prompt:
+                raise OptionError('a cascade ("to") takes no prompt')
             asr = self.runner.view(self._variant(language, "transcribe"))
             cascade = CascadeSession(asr, self._mt(language or "en", start.to), options, catch_up=True)
             voice = self._voice(start.to) if start.speech else None
@@ -148,7 +155,7 @@ class Service:
             raise OptionError('speech output needs a cascade into a target language ("to")')
         model = self.runner.view(self._variant(language, start.task))
         channel = "target" if start.task == "translate" else "source"
-        return OpenedStream(Session(model, options, catch_up=True), (channel,))
+        return OpenedStream(Session(model, options, catch_up=True, prompt=start.prompt), (channel,))
 
     def _variant(self, language: str | None, task: str) -> SpeechModel:
         model = self.model

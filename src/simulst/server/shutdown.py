@@ -5,6 +5,11 @@ streams' finals would be lost. :class:`GracefulServer` therefore first stops lis
 (:meth:`OpenStreams.drain`): each websocket stream is told to stop (its handler ends the stream, waits for the
 final decode, sends ``final`` and closes with 1001), connections still waiting for their ``start`` are refused,
 uploads being decoded are waited for; all within the grace period. Then uvicorn's shutdown closes whatever is left.
+
+**Exit status.** uvicorn re-raises the signal it caught once it has shut down, so that the process ends as the
+signal's default would (killed by SIGTERM: status -15 / 143; SIGINT: ``KeyboardInterrupt``). A shutdown that
+drained is the server's normal end, so :class:`GracefulServer` forgets the signals that asked for it and the
+process exits 0; only a forced exit (a second Ctrl-C while draining) still ends by the signal.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ import asyncio
 import contextlib
 import logging
 import math
+import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 
 import uvicorn
 
@@ -71,6 +77,18 @@ class GracefulServer(uvicorn.Server):
         super().__init__(config)
         self._drain = drain
         self._grace_s = grace_s
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's signal capture (SIGTERM, SIGINT: a shutdown), less its re-raising of the signals once a
+        drained shutdown is over: the process then exits normally (status 0). A forced exit keeps it."""
+        with super().capture_signals():
+            yield
+            captured = getattr(self, "_captured_signals", None)  # (uvicorn's list of the signals to raise again)
+            if captured and not self.force_exit:
+                names = ", ".join(signal.Signals(sig).name for sig in captured)
+                log.info("shut down on %s: exiting normally", names)
+                captured.clear()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Stop listening, drain the app, then shut down as uvicorn does."""

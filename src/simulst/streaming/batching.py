@@ -17,12 +17,16 @@ The rest of a stream's model calls (AlignAtt's passes that track the cross-atten
 timing pass where the search's recorded rows do not reach a hypothesis's end) run unbatched in the stream's turn.
 The batched passes record the alignment heads' rows of each stream's hypotheses as the single-stream ones do
 (:attr:`~simulst.models.whisper.WhisperState.trace`), so batched streams get the same spoken times.
-:class:`SerialRunner` is the same interface without batching: one job at a time, in the order submitted (one stream
-at a time through the model, as the peers serve streams behind a lock).
+:class:`ThreadRunner` is the same interface without batching: up to ``workers`` jobs at once, in the order
+submitted. With one worker (:class:`SerialRunner`) streams take turns through the model on all of torch's threads,
+as the peers serve streams behind a lock; with more, each job runs its torch ops on its own thread alone, so
+several streams decode side by side, one per core, instead of splitting every op across the cores (a small
+model's decoder steps are too short to split well).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -56,14 +60,27 @@ class Runner(Protocol):
         ...
 
 
-class SerialRunner:
-    """No batching: one job at a time, in the order submitted (one worker thread), as the peers serve streams
-    behind a lock."""
+class ThreadRunner:
+    """No batching: up to ``workers`` jobs at once, in the order submitted.
+
+    With one worker a job's torch ops use as many threads as the constructing thread's torch setting. With more,
+    each worker thread runs its ops on one thread, so ``workers`` streams decode at once, one per core. Torch's
+    thread count is per thread under OpenMP and MKL (the constructing thread's own is untouched), but threads the
+    process starts later begin with the last count set anywhere (PyTorch keeps that one default).
+
+    Args:
+        workers: the most jobs running at once (>= 1).
+    """
 
     batched = False
 
-    def __init__(self) -> None:
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulst-serial")
+    def __init__(self, workers: int = 1) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, not {workers}")
+        self.workers = workers
+        threads = 1 if workers > 1 else torch.get_num_threads()
+        self._worker = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="simulst-job",
+                                          initializer=functools.partial(torch.set_num_threads, threads))
 
     def view(self, model: SpeechModel) -> SpeechModel:
         """The model itself."""
@@ -74,12 +91,19 @@ class SerialRunner:
         return self._worker.submit(job)
 
     def run(self, jobs: Sequence[Callable[[], T]]) -> list[T | Exception]:
-        """Each job in turn."""
+        """The jobs, ``workers`` at a time."""
         return _outcomes([self.submit(job) for job in jobs])
 
     def close(self) -> None:
-        """Stop the worker thread."""
+        """Stop the worker threads."""
         self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+class SerialRunner(ThreadRunner):
+    """One job at a time, in the order submitted (one worker thread), as the peers serve streams behind a lock."""
+
+    def __init__(self) -> None:
+        super().__init__(workers=1)
 
 
 def _outcomes(futures: Sequence[Future[T]]) -> list[T | Exception]:

@@ -5,6 +5,11 @@ multilingual model detects the language there - and kept. Before it, the committ
 trimmed away conditions the decoder (:class:`~simulst.models.base.PreviousTextPrompter`, openai/whisper's
 previous-text prompt): at most ``context_tokens`` tokens, from where the context last started afresh, and with
 the ``sentence`` scope only the sentence the buffer starts in.
+
+An initial prompt - text said before the stream's audio (openai-whisper's ``initial_prompt``, e.g. an OpenAI
+request's ``prompt``) - is carried into every decode as openai-whisper's ``carry_initial_prompt`` does: its last
+:data:`MAX_PREVIOUS_TOKENS` tokens first, then as much of the stream's own previous text (its last tokens) as fits
+in that many.
 """
 
 from __future__ import annotations
@@ -12,9 +17,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from simulst.models.base import Encoded, PreviousTextPrompter, SpeechModel
+from simulst.errors import OptionError
+from simulst.models.base import DecoderModel, Encoded, PreviousTextPrompter, SpeechModel
 from simulst.streaming.commit import sentence_start
 from simulst.types import Costs
+
+MAX_PREVIOUS_TOKENS = 223  # openai-whisper's limit on previous text: half the decoder's 448 positions, less one
+
+
+def initial_prompt(model: DecoderModel, text: str) -> tuple[int, ...]:
+    """The tokens of ``text`` as an initial prompt for ``model`` (its last :data:`MAX_PREVIOUS_TOKENS`; the text
+    is read as following a space, as openai-whisper encodes its prompt).
+
+    Raises:
+        OptionError: the model takes no previous text.
+    """
+    if not isinstance(model, PreviousTextPrompter):
+        raise OptionError("this model takes no prompt (no previous-text conditioning)")
+    return tuple(model.tokenizer.encode(" " + text.strip()))[-MAX_PREVIOUS_TOKENS:]
 
 
 class PromptBuilder:
@@ -23,17 +43,21 @@ class PromptBuilder:
     Args:
         context_tokens: the most committed tokens carried as previous text (0: none).
         scope: ``all`` or ``sentence`` (resolved from ``auto``): which committed text the context holds.
+        initial: the tokens of an initial prompt (:func:`initial_prompt`), carried before the context in every
+            decode (empty: none).
 
     Attributes:
         fixed: the fixed prompt, pinned at the first decode (None before).
         context_from: the context holds committed tokens from here on (moved by :meth:`restart`).
+        initial: the initial prompt's last :data:`MAX_PREVIOUS_TOKENS` tokens.
     """
 
-    def __init__(self, context_tokens: int, scope: Literal["sentence", "all"]) -> None:
+    def __init__(self, context_tokens: int, scope: Literal["sentence", "all"], initial: Sequence[int] = ()) -> None:
         self.context_tokens = context_tokens
         self.scope = scope
         self.fixed: tuple[int, ...] | None = None
         self.context_from = 0
+        self.initial = tuple(initial)[-MAX_PREVIOUS_TOKENS:]
 
     def pin(self, model: SpeechModel, enc: Encoded, costs: Costs) -> tuple[int, ...]:
         """The fixed prompt: pinned now from ``enc`` if not yet (the language detected there), then kept."""
@@ -47,9 +71,21 @@ class PromptBuilder:
         earlier = tuple(before[self.context_from :][-self.context_tokens :]) if self.context_tokens else ()
         if self.scope == "sentence":
             earlier = earlier[sentence_start(earlier, model.tokenizer) :]
-        if earlier and isinstance(model, PreviousTextPrompter):
+        if not isinstance(model, PreviousTextPrompter):
+            return self.fixed
+        if self.initial:
+            return (*self._carried(model, earlier), *self.fixed)
+        if earlier:
             return (*model.previous_text(earlier, self.context_tokens), *self.fixed)
         return self.fixed
+
+    def _carried(self, model: PreviousTextPrompter, earlier: tuple[int, ...]) -> list[int]:
+        """The previous text with the initial prompt: the prompt, then the last tokens of the stream's own previous
+        text (as :meth:`build` would carry it alone) that fit in :data:`MAX_PREVIOUS_TOKENS` with it."""
+        own = model.previous_text(earlier, self.context_tokens)[1:] if earlier else []  # (less <|startofprev|>)
+        room = MAX_PREVIOUS_TOKENS - len(self.initial)
+        kept = own[-room:] if room > 0 and own else []
+        return model.previous_text((*self.initial, *kept), MAX_PREVIOUS_TOKENS)
 
     def restart(self, committed: int) -> None:
         """The context starts afresh after the first ``committed`` tokens (after a long pause)."""

@@ -3,12 +3,16 @@
 Silero VAD (:class:`~simulst.audio.vad.VoiceActivity`) hears the source as it is read. While the buffer holds no
 speech, chunks are not decoded and the silence is dropped; a pause of ``vad_pause_ms`` ends a segment, which the
 stream then commits whole; a pause of ``context_reset_s`` or more starts the previous-text context afresh.
+
+A :data:`VoiceListener` may follow the segmentation (the server's Realtime endpoint turns it into its speech
+events): it is told every speech start and end the detector reports, as soon as it reports them, and each end
+again once the stream has taken it (committed the segment it ends).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import numpy as np
@@ -16,6 +20,11 @@ import numpy as np
 from simulst.audio.vad import VoiceActivity, VoiceEvent
 from simulst.config import StreamOptions
 from simulst.types import Costs
+
+VoiceListener = Callable[[str, int], None]
+"""Told ``(kind, sample)``: ``start`` / ``end`` for each speech start and end the detector reports (those that do
+not reset the context included), right after it heard the audio, before the stream commits anything of it; then
+``taken`` for an end once the stream has taken it (its segment committed)."""
 
 
 class VoiceDetector(Protocol):
@@ -38,15 +47,18 @@ class VadSegmenter:
         detector: the stream's own voice activity detector.
         rate: samples per second.
         reset_samples: a pause at least this long starts the previous-text context afresh.
+        listener: told what the segmenter hears (:data:`VoiceListener`; None: no one).
 
     Attributes:
         speech_in_buffer: the stream's audio buffer holds speech (else it is not decoded).
         pause_from: the source sample where the current pause began (None while speaking or before any speech).
     """
 
-    def __init__(self, detector: VoiceDetector, rate: int, reset_samples: float) -> None:
+    def __init__(self, detector: VoiceDetector, rate: int, reset_samples: float,
+                 listener: VoiceListener | None = None) -> None:
         self.detector, self.rate = detector, rate
         self.reset_samples = reset_samples
+        self.listener = listener
         self.speech_in_buffer = False
         self.pause_from: int | None = None
 
@@ -68,6 +80,7 @@ class VadSegmenter:
         start = time.perf_counter()
         events = self.detector.feed(audio)
         costs.compute_s += time.perf_counter() - start
+        self._tell(*((event.kind, event.sample) for event in events))
         for event in events:
             if event.kind == "start":
                 pause = event.sample - self.pause_from if self.pause_from is not None else 0
@@ -77,6 +90,12 @@ class VadSegmenter:
             else:
                 self.pause_from = event.sample
                 yield event
+                self._tell(("taken", event.sample))
+
+    def _tell(self, *heard: tuple[str, int]) -> None:
+        if self.listener is not None:
+            for kind, sample in heard:
+                self.listener(kind, sample)
 
     def silence_to_drop(self, samples: int) -> int:
         """How many of the buffer's ``samples`` to drop as silence: all but the last 0.5 s (where speech would

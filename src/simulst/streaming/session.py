@@ -35,7 +35,7 @@ from simulst.streaming.buffer import AudioBuffer
 from simulst.streaming.commit import Output, OutputView, ends_sentence, target_tokens
 from simulst.streaming.decoding import ChunkDecoder, Decoded, DecodeReason
 from simulst.streaming.guards import Guards
-from simulst.streaming.prompt import PromptBuilder
+from simulst.streaming.prompt import PromptBuilder, initial_prompt
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.types import Costs, Emission
 
@@ -60,6 +60,9 @@ class Session(OutputView):
         options: chunking, search and policy options.
         catch_up: when several chunk boundaries are pending at a push, decode only once, at the latest
             (real-time use: a slow model reads bigger chunks instead of falling further behind).
+        prompt: text said before the stream's audio, carried as previous text into every decode
+            (:func:`~simulst.streaming.prompt.initial_prompt`; None: none). Raises ``OptionError`` for a model
+            that takes no previous text.
 
     Streams of any length: the model sees a bounded :class:`~simulst.streaming.buffer.AudioBuffer`, trimmed behind
     committed text; the committed tokens before it become the previous-text prompt.
@@ -67,7 +70,8 @@ class Session(OutputView):
 
     state: StreamState
 
-    def __init__(self, model: SpeechModel, options: StreamOptions | None = None, catch_up: bool = False) -> None:
+    def __init__(self, model: SpeechModel, options: StreamOptions | None = None, catch_up: bool = False,
+                 prompt: str | None = None) -> None:
         self.model = model
         self.options = options = options or StreamOptions()
         self.catch_up = catch_up
@@ -82,7 +86,8 @@ class Session(OutputView):
         self.buffer = AudioBuffer(rate, capacity, min(capacity, round(options.segment_s * rate)), self.chunk_samples)
         translates = isinstance(model, TaskedModel) and model.task == "translate"
         self.guards = Guards(options, translates, self.buffer.segment)
-        self.prompt = PromptBuilder(options.context_tokens, options.context_in_force(translates))
+        self.prompt = PromptBuilder(options.context_tokens, options.context_in_force(translates),
+                                    initial_prompt(model, prompt) if prompt else ())
         first = options.initial_wait_ms or options.chunk_ms
         self.state = st = StreamState(next_decode=max(1, round(first * rate / 1000)))
         searcher = make_searcher(options.search, self.policy.stop_rule())

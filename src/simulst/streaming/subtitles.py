@@ -47,6 +47,14 @@ With those word times:
   one starts that much later.
 
 So start times are non-decreasing, every caption ends after it starts, and no two captions overlap.
+
+**Short captions in a file** (``merge_short``; the CLI's ``-o FILE`` of a run that is not real time): a caption
+shorter than ``short_ms`` or with fewer than ``short_words`` words (``"Ask not."``) is held and merged into the
+next one when their words fit in one caption (``max_lines`` lines of ``max_chars``; openai-whisper's and the
+subtitle conventions' 42 characters, two lines) and the next starts within ``pause_ms`` of its end: the merged
+caption runs from the short one's start to the next one's end, and is held again if it is still short. A short
+caption that fits nowhere, or the last one, is written as it is. Captions followed live (stdout, a real-time run,
+the server) are not merged: a held caption would be written late, and one written cannot be taken back.
 """
 
 from __future__ import annotations
@@ -79,6 +87,10 @@ class CaptionLimits:
         pause_ms: a word committed more than this after the caption's last emission starts a new caption.
         display_ms: how long a caption closed at a sentence end or a pause stays after its last emission.
         min_ms: the shortest a caption is shown.
+        merge_short: merge each short caption into the next one where they fit (a caption is then written once
+            the next is known; for files, not for captions followed live).
+        short_ms, short_words: a caption is short when it lasts less than ``short_ms`` or has fewer than
+            ``short_words`` words.
     """
 
     max_chars: int = 42
@@ -86,12 +98,45 @@ class CaptionLimits:
     pause_ms: float = 2000.0
     display_ms: float = 1500.0
     min_ms: float = 500.0
+    merge_short: bool = False
+    short_ms: float = 1000.0
+    short_words: int = 3
 
     def __post_init__(self) -> None:
         if self.max_chars < 1 or self.max_lines < 1:
             raise OptionError("captions need max_chars >= 1 and max_lines >= 1")
         if self.pause_ms < 0 or self.display_ms < 0 or self.min_ms < 1:
             raise OptionError("caption times need pause_ms >= 0, display_ms >= 0 and min_ms >= 1")
+        if self.short_ms < 0 or self.short_words < 0:
+            raise OptionError("short captions need short_ms >= 0 and short_words >= 0")
+
+    def short(self, caption: Caption) -> bool:
+        """The caption is shorter than ``short_ms`` or has fewer than ``short_words`` words."""
+        return caption.end_ms - caption.start_ms < self.short_ms or len(caption.text.split()) < self.short_words
+
+    def merged(self, first: Caption, second: Caption) -> Caption | None:
+        """``first`` merged into ``second`` (``first``'s index), or None where their words do not fit in one
+        caption or ``second`` starts more than ``pause_ms`` after ``first`` ends."""
+        if second.start_ms - first.end_ms > self.pause_ms:
+            return None
+        lines = wrap(first.text.split() + second.text.split(), self.max_chars, self.max_lines)
+        if lines is None:
+            return None
+        return Caption(first.index, first.start_ms, second.end_ms, tuple(lines))
+
+
+def wrap(words: list[str], max_chars: int, max_lines: int) -> list[str] | None:
+    """``words`` filled into lines of at most ``max_chars`` characters (a longer word on a line of its own), as a
+    caption fills them; None when more than ``max_lines`` lines are needed."""
+    lines: list[str] = []
+    for word in words:
+        if lines and len(lines[-1]) + 1 + len(word) <= max_chars:
+            lines[-1] += " " + word
+        elif len(lines) < max_lines:
+            lines.append(word)
+        else:
+            return None
+    return lines
 
 
 @dataclass(frozen=True)
@@ -202,6 +247,7 @@ class SubtitleWriter:
         self.limits = limits or CaptionLimits()
         self.spoken = times == "spoken"
         self.captions: list[Caption] = []
+        self._held: Caption | None = None  # a short caption waiting for the next (``limits.merge_short``)
         self._open: _Open | None = None
         self._closed: _Closed | None = None
         self._word = ""  # the word being read (no whitespace has followed it yet)
@@ -254,6 +300,9 @@ class SubtitleWriter:
         elif self._closed is not None:
             self._closed.end_ms = end
             self._write_closed(next_ms=None)
+        if self._held is not None:
+            self._put(self._held)
+            self._held = None
         self._finished = True
         return self.captions[n_before:]
 
@@ -313,9 +362,26 @@ class SubtitleWriter:
         # Whole milliseconds, as written: a caption never starts before the previous one ends, and lasts min_ms.
         start = float(round(max(first_ms, self._prev_end, 0.0)))
         end = float(round(max(end_ms, start + self.limits.min_ms)))
-        caption = Caption(len(self.captions) + 1, start, end, tuple(lines))
-        self.captions.append(caption)
         self._prev_end = end
+        caption = Caption(len(self.captions) + 1, start, end, tuple(lines))
+        if not self.limits.merge_short:
+            self._put(caption)
+            return
+        held, self._held = self._held, None
+        if held is not None:
+            merged = self.limits.merged(held, caption)
+            if merged is None:
+                self._put(held)
+            caption = merged or caption
+        if self.limits.short(caption):
+            self._held = caption
+        else:
+            self._put(caption)
+
+    def _put(self, caption: Caption) -> None:
+        """Write a caption, numbered after those written."""
+        caption = Caption(len(self.captions) + 1, caption.start_ms, caption.end_ms, caption.lines)
+        self.captions.append(caption)
         self._write(format_caption(caption, self.format))
 
     def _write(self, text: str) -> None:
