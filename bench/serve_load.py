@@ -75,7 +75,7 @@ class Server:
     def __init__(self, mode: str, extra: list[str]) -> None:
         self.port = free_port()
         args = [str(ROOT / ".venv" / "bin" / "simulst"), "serve", "--port", str(self.port), "--max-streams", "64",
-                "--max-speed", "4", "--log-level", "warning", *extra]
+                "--max-per-client", "64", "--max-speed", "4", "--log-level", "warning", *extra]
         args += {"batched": ["--batching", "on"], "serial": ["--batching", "off", "--workers", "1"],
                  "parallel": ["--batching", "off"]}[mode]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}

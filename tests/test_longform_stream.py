@@ -229,6 +229,19 @@ def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_co
     assert session.text.count("the cat sat on the mat .") >= 3
 
 
+def test_every_trim_hands_the_freed_heap_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a long stream's heap fragments as its windows change size: each trim asks glibc for the free pages back
+    import simulst.streaming.session as session_module
+    from simulst.streaming.memory import release_free_memory
+
+    calls: list[bool] = []
+    monkeypatch.setattr(session_module, "release_free_memory", lambda: calls.append(release_free_memory()) or True)
+    session = Session(TimedToy(), StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False))
+    _check_stream(session, _speech(40), [1000] * 40)
+    assert len(calls) >= session.costs.extra["trims"] >= 3  # (every trim; an emptied buffer too)
+    assert all(calls)  # (glibc: this project's Linux machines)
+
+
 def test_the_sentence_context_carries_only_the_sentence_a_trim_cut_through() -> None:
     period = TimedToy().tokenizer.pieces.index(" .")
     # trims behind sentence ends (a 4.9 s sentence fits the 12 s buffer): the prompt holds whole sentences with

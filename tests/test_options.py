@@ -17,6 +17,7 @@ from simulst.cli.options import (
     cli_options,
     ctc_head_from_args,
     model_options_from_args,
+    options_from_args,
     stream_options_from_args,
 )
 from simulst.config import (
@@ -29,6 +30,7 @@ from simulst.config import (
     SearchOptions,
     StreamOptions,
 )
+from simulst.config.presets import preset_options
 from simulst.errors import OptionError
 from simulst.mt.options import MTOptions
 
@@ -63,7 +65,9 @@ def test_the_flags_are_the_fields_and_the_surface_is_kept() -> None:
 
 def test_the_defaults_are_the_fields_defaults() -> None:
     args = parser().parse_args([])
-    assert stream_options_from_args(args) == StreamOptions()
+    assert options_from_args(StreamOptions, args) == StreamOptions()  # the flags' own defaults
+    # with no flag, a command runs at the default --latency preset: the fields' defaults and that preset's settings
+    assert stream_options_from_args(args) == preset_options("transcribe")[1]
     assert model_options_from_args(args) == ModelOptions()
     translate = build_parser().parse_args(["translate", "a.wav", "--to", "es"])
     assert mt_options_from_args(translate) == MTOptions()

@@ -113,3 +113,18 @@ def test_the_server_gives_translate_streams_the_translate_preset() -> None:
     assert service.stream_options(StartRequest(16000, "translate")) == config.translate_options
     assert service.stream_options(StartRequest(16000, "transcribe")) == config.options
     assert service.stream_options(StartRequest(16000, "translate", chunk_ms=500.0)).chunk_ms == 500.0
+
+
+def test_a_given_buffer_or_segment_bounds_the_presets_other() -> None:
+    # the transcribe balanced preset keeps 10 s segments in a 16 s buffer; a user's shorter buffer or longer
+    # segment is honoured, and the preset's other value yields to it instead of an error
+    parser = build_parser()
+    short = stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--max-buffer-s", "8"]))
+    assert (short.segment_s, short.max_buffer_s) == (8.0, 8.0)
+    long = stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--segment-s", "20"]))
+    assert (long.segment_s, long.max_buffer_s) == (20.0, 20.0)
+    both = stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--segment-s", "4",
+                                                       "--max-buffer-s", "6"]))
+    assert (both.segment_s, both.max_buffer_s) == (4.0, 6.0)
+    with pytest.raises(OptionError, match="need 0 < segment"):
+        stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--segment-s", "9", "--max-buffer-s", "6"]))

@@ -147,12 +147,17 @@ def stream_options_from_args(args: argparse.Namespace, task: str | None = None) 
 
 def apply_latency_preset(args: argparse.Namespace, task: str | None = None) -> None:
     """Set the arguments of the ``--latency`` preset of ``task`` (None: the arguments' ``task``, else
-    ``transcribe``) that were not given on the command line; the ones given win."""
+    ``transcribe``) that were not given on the command line; the ones given win. The segment and the buffer bound
+    each other (``--segment-s`` <= ``--max-buffer-s``): where only one is given, the other yields to it."""
     chosen = preset(task or vars(args).get("task") or "transcribe", args.latency)
     given = vars(args).get(GIVEN) or set()
     for name, value in chosen.settings.items():
         if name not in given:
             setattr(args, name, value)
+    if "segment_s" in given and "max_buffer_s" not in given:
+        args.max_buffer_s = max(args.max_buffer_s, args.segment_s)
+    if "max_buffer_s" in given and "segment_s" not in given:
+        args.segment_s = min(args.segment_s, args.max_buffer_s)
 
 
 def ctc_head_from_args(args: argparse.Namespace) -> str | None:

@@ -35,6 +35,7 @@ from simulst.streaming.buffer import AudioBuffer
 from simulst.streaming.commit import Output, OutputView, ends_sentence, target_tokens
 from simulst.streaming.decoding import ChunkDecoder, Decoded, DecodeReason
 from simulst.streaming.guards import Guards
+from simulst.streaming.memory import release_free_memory
 from simulst.streaming.prompt import PromptBuilder, initial_prompt
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.types import Costs, Emission
@@ -221,6 +222,7 @@ class Session(OutputView):
         """Remove the first ``cut`` samples of the buffer; committed tokens up to ``base`` now precede it."""
         self.buffer.drop(cut, base)
         self.decoder.restart()
+        release_free_memory()  # (a long stream's heap stays flat: :mod:`simulst.streaming.memory`)
         if count:
             self.state.costs.count("trims")
 
