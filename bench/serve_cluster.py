@@ -2,9 +2,10 @@
 of one CPU each, on this machine.
 
 Each setup is a ``simulst serve`` process with the same model and stream options (``--server-args``) and one
-stream at a time per model (``--batching off``, the CPU default): ``process`` (one process, torch's threads),
+stream at a time per model (``--batching off``): ``process`` (one process, torch's threads, ``--workers 1``),
 ``ray-1`` (``--cluster ray --replicas 1 --replica-cpus 1``: a local Ray instance, one replica of one CPU behind
-Serve's proxy) and ``ray-2`` (two such replicas, each with its own model). Then, with
+Serve's proxy) and ``ray-2`` (two such replicas, each with its own model); ``parallel`` (one process, one stream
+per core: the CPU default since 2026-11-26, one model for two workers) is offered beside them. Then, with
 :mod:`serve_load`'s clients and columns:
 
 1. **Reference**: each utterance (jfk + fleurs-en-dev, or the first ``--items``) is streamed alone at the pace of a
@@ -55,7 +56,8 @@ from simulst.server.client import ClientResult
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 SETUPS = {  # name -> its serve flags
-    "process": [],
+    "process": ["--workers", "1"],
+    "parallel": [],
     "ray-1": ["--cluster", "ray", "--replicas", "1", "--replica-cpus", "1"],
     "ray-2": ["--cluster", "ray", "--replicas", "2", "--replica-cpus", "1"],
 }
@@ -70,7 +72,8 @@ class Setup:
         self.port = free_port()
         flags = SETUPS[name]
         args = [str(ROOT / ".venv" / "bin" / "simulst"), "serve", "--port", str(self.port), "--max-streams", "64",
-                "--max-speed", "4", "--log-level", "warning", "--batching", "off", *flags, *extra]
+                "--max-per-client", "64", "--max-speed", "4", "--log-level", "warning", "--batching", "off", *flags,
+                *extra]
         replicas = int(flags[flags.index("--replicas") + 1]) if "--replicas" in flags else 1
         # a Ray setup starts a Ray instance of its own on this machine, whatever RAY_ADDRESS says
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
