@@ -37,12 +37,13 @@ from simulst.mt.options import MTOptions
 CLI = Path(__file__).resolve().parents[1] / "src" / "simulst" / "cli"
 
 # The stream commands' flags before the options were derived from the fields (the CLI surface to keep).
-FLAGS = """--model --language --window --window-pad-ms --window-min-ms --precision --screen-vocabulary
---no-screen-vocabulary --device --policy --chunk-ms --initial-wait-ms --search --repetition-detection
---no-repetition-detection --carry-over --no-carry-over --draft --no-draft --beam --length-penalty --max-new-tokens
---normalize-peak --no-speech-threshold --logprob-threshold --early-logprob-threshold --loop-guard --no-loop-guard
---segment-s --max-buffer-s --context-tokens --context-scope --vad --vad-threshold --vad-pause-ms --context-reset-s
---ctc-threshold --ctc-head --ctc-weight --ctc-odds""".split()
+FLAGS = """--model --language --window --window-pad-ms --window-min-ms --precision --encoder-precision
+--screen-vocabulary --no-screen-vocabulary --device --policy --chunk-ms --initial-wait-ms --search
+--repetition-detection --no-repetition-detection --carry-over --no-carry-over --draft --no-draft --beam
+--length-penalty --max-new-tokens --normalize-peak --no-speech-threshold --logprob-threshold
+--early-logprob-threshold --loop-guard --no-loop-guard --segment-s --max-buffer-s --context-tokens
+--context-scope --vad --vad-threshold --vad-pause-ms --context-reset-s --ctc-threshold --ctc-head --ctc-weight
+--ctc-odds""".split()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -81,7 +82,8 @@ def test_every_flag_builds_its_field() -> None:
         "--no-loop-guard", "--segment-s", "6", "--max-buffer-s", "9", "--context-tokens", "0", "--context-scope", "all",
         "--vad", "--vad-threshold", "0.4", "--vad-pause-ms", "800", "--context-reset-s", "3", "--normalize-peak", "off",
         "--window", "full", "--window-pad-ms", "0", "--window-min-ms", "0", "--precision", "int8",
-        "--no-screen-vocabulary", "--language", "de", "--model", "m", "--device", "cpu", "--ctc-weight", "0.2",
+        "--encoder-precision", "int8", "--no-screen-vocabulary", "--language", "de", "--model", "m", "--device", "cpu",
+        "--ctc-weight", "0.2",
     ])
     assert stream_options_from_args(args) == StreamOptions(
         chunk_ms=1000.0, initial_wait_ms=500.0, policy=PolicyOptions("hold", 3),
@@ -93,7 +95,8 @@ def test_every_flag_builds_its_field() -> None:
     )
     assert model_options_from_args(args, task="translate") == ModelOptions(
         "m", language="de", task="translate", window="full", window_pad_ms=0.0, window_min_ms=0.0,
-        precision="int8", ctc_head="default", screen_vocabulary=False)  # (--ctc-weight needs the shipped head)
+        precision="int8", encoder_precision="int8", ctc_head="default",
+        screen_vocabulary=False)  # (--ctc-weight needs the shipped head)
 
 
 def test_policy_flags_refine_the_policy() -> None:
@@ -115,6 +118,8 @@ def test_bad_values_are_refused_where_they_are_parsed_or_built(capsys: pytest.Ca
         stream_options_from_args(parser().parse_args(["--search", "viterbi"]))
     with pytest.raises(OptionError, match="int8 precision runs on the CPU only"):
         model_options_from_args(parser().parse_args(["--precision", "int8", "--device", "cuda"]))
+    with pytest.raises(OptionError, match="int8 precision runs on the CPU only"):
+        model_options_from_args(parser().parse_args(["--encoder-precision", "int8", "--device", "cuda"]))
     with pytest.raises(OptionError, match="reads committed text"):
         mt_options_from_args(build_parser().parse_args(["translate", "a.wav", "--to", "es", "--mt-policy", "ctc"]))
 

@@ -125,6 +125,20 @@ def test_the_audio_window_is_at_least_its_shortest_length() -> None:
     assert unpadded.window_frames(16000) == 300  # no minimum: 1 s + 2 s of silence
 
 
+def test_int8_encoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:
+    quantized = load_model(str(WHISPER_TINY_EN), window="full", encoder_precision="int8")
+    encoder = quantized.net.model.encoder
+    assert not any(isinstance(m, torch.nn.Linear) for m in encoder.modules())  # every linear layer is int8
+    assert any(isinstance(m, torch.nn.Linear) for m in quantized.net.model.decoder.modules())  # the decoder is not
+    enc = quantized.encode(jfk, Costs())
+    exact = model.encode(jfk, Costs())
+    assert enc.frames.shape == exact.frames.shape
+    assert torch.nn.functional.cosine_similarity(enc.frames.flatten(), exact.frames.flatten(), dim=0) > 0.99
+    hyp = stream_search(BeamSearch(1)).search(quantized, enc, [], 60, Costs(), final=True)[0]
+    text = quantized.tokenizer.decode(hyp.tokens).lower()
+    assert "ask not what your country can do for you" in text and "for your country" in text
+
+
 def test_int8_decoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:
     quantized = load_model(str(WHISPER_TINY_EN), precision="int8")
     assert quantized.net.model.decoder.lm_head is not None

@@ -31,6 +31,8 @@ class ModelOptions:
             windows, hallucinates at the end of short ones ("however, however, however"); the minimum trades
             encoder compute for streaming WER (``bench/results/performance.md``, the ``window-min`` rows).
         precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
+        encoder_precision: ``fp32`` or ``int8`` (the encoder's linear layers quantised: dynamic, per output
+            channel; the convolutions and attention stay in float32).
         screen_vocabulary: on the CPU with ``fp32``, the vocabulary projection scores every token with an int8 copy
             of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
             <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
@@ -59,6 +61,9 @@ class ModelOptions:
         "end of short windows; bench/results/performance.md)", group=MODEL, metavar="MS"))
     precision: str = field(default="fp32", metadata=flag(
         "--precision", "int8: the decoder's weights quantised, faster on a CPU", group=MODEL, choices=PRECISIONS))
+    encoder_precision: str = field(default="fp32", metadata=flag(
+        "--encoder-precision", "int8: the encoder's linear layers quantised, less encoder compute on a CPU "
+        "(bench/results/quality_latency.md)", group=MODEL, choices=PRECISIONS))
     ctc_head: str | None = field(default=None, metadata=flag(
         "--ctc-head", "a CTC head on the encoder (simulst train-ctc)", group=CTC, metavar="PATH",
         default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
@@ -70,7 +75,8 @@ class ModelOptions:
         if self.language is not None and self.language.strip().lower() == "auto":
             object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
         for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
-                                           ("precision", "precision", PRECISIONS)):
+                                           ("precision", "precision", PRECISIONS),
+                                           ("encoder_precision", "encoder precision", PRECISIONS)):
             value = getattr(self, field_name)
             if value not in allowed:
                 raise OptionError(f"unknown {label} {value!r}; choose one of {', '.join(allowed)}")
@@ -80,5 +86,5 @@ class ModelOptions:
             raise OptionError(f"screen_vocabulary must be true or false, got {self.screen_vocabulary!r}")
         if not self.window_min_ms >= 0:
             raise OptionError(f"the shortest window must be >= 0 ms, got {self.window_min_ms}")
-        if self.precision == "int8" and self.device.split(":")[0] != "cpu":
+        if "int8" in (self.precision, self.encoder_precision) and self.device.split(":")[0] != "cpu":
             raise OptionError("int8 precision runs on the CPU only (use --device cpu)")

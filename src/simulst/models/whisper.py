@@ -625,11 +625,13 @@ class WhisperModel:
 
 def _prepared(net: WhisperNet, options: ModelOptions, device: torch.device) -> WhisperNet:
     """The network as the options run it: int8 decoder weights, or (fp32 on the CPU) the screened vocabulary
-    projection; on the device, in eval mode."""
+    projection; int8 encoder linear layers if asked; on the device, in eval mode."""
     if options.precision == "int8":
         net.quantize_int8()
     elif options.screen_vocabulary and device.type == "cpu" and net.model.decoder.screen is None:
         net.screen_vocabulary()  # the exact top tokens at a fifth of the projection's cost
+    if options.encoder_precision == "int8":
+        net.quantize_encoder_int8()
     return net.to(device).eval()
 
 

@@ -363,6 +363,12 @@ class WhisperNet(nn.Module):
         decoder.lm_head = self._embedding_head()
         _int8_linears(decoder, inplace=True)
 
+    def quantize_encoder_int8(self) -> None:
+        """Int8 dynamic quantisation (per output channel) of the encoder's linear layers: the attention
+        projections and the feed-forward layers, which hold most of the encoder's compute on a long window. Its
+        convolutions, layer norms and attention products stay in float32."""
+        _int8_linears(self.model.encoder, inplace=True)
+
     def screen_vocabulary(self) -> None:
         """Project decoder states onto the vocabulary in two stages: an int8 copy of the token embedding E scores
         every token, and the ``SCREEN_TOP`` best of each row are scored again exactly (float32 rows of E).

@@ -20,8 +20,7 @@ The batched passes record the alignment heads' rows of each stream's hypotheses 
 :class:`ThreadRunner` is the same interface without batching: up to ``workers`` jobs at once, in the order
 submitted. With one worker (:class:`SerialRunner`) streams take turns through the model on all of torch's threads,
 as the peers serve streams behind a lock; with more, each job runs its torch ops on its own thread alone, so
-several streams decode side by side, one per core, instead of splitting every op across the cores (a small
-model's decoder steps are too short to split well).
+several streams decode side by side, one per core, instead of splitting every op across the cores.
 """
 
 from __future__ import annotations
