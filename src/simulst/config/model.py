@@ -62,8 +62,8 @@ class ModelOptions:
     precision: str = field(default="fp32", metadata=flag(
         "--precision", "int8: the decoder's weights quantised, faster on a CPU", group=MODEL, choices=PRECISIONS))
     encoder_precision: str = field(default="fp32", metadata=flag(
-        "--encoder-precision", "int8: the encoder's linear layers quantised, less encoder compute on a CPU "
-        "(bench/results/quality_latency.md)", group=MODEL, choices=PRECISIONS))
+        "--encoder-precision", "int8: the encoder's linear layers quantised, less encoder compute on a CPU; "
+        "check its quality on your task first (bench/results/quality_latency.md)", group=MODEL, choices=PRECISIONS))
     ctc_head: str | None = field(default=None, metadata=flag(
         "--ctc-head", "a CTC head on the encoder (simulst train-ctc)", group=CTC, metavar="PATH",
         default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
