@@ -20,10 +20,11 @@ from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
 from simulst.server.access import error_body
 from simulst.server.app import create_app
-from simulst.server.openai_api import MAX_PROMPT_TOKENS, compression_ratio, seed_prompt, segments
+from simulst.server.openai_api import MAX_PROMPT_TOKENS, compression_ratio, segments
 from simulst.server.openai_api import words as words_of
 from simulst.server.protocol import Limits, StartRequest
 from simulst.server.service import ServerConfig, Service
+from simulst.streaming.prompt import initial_prompt
 from simulst.streaming.session import Session
 from simulst.types import Emission, Word
 from tests.server_fixtures import Running, serving
@@ -174,9 +175,8 @@ def jfk() -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ prompt
 def test_the_prompt_is_the_previous_text_of_every_decode(model: WhisperModel, jfk: np.ndarray) -> None:
     service = Service(model, ServerConfig())
-    stream = service.open(StartRequest(task="transcribe")).stream
+    stream = service.open(StartRequest(task="transcribe", prompt="President Kennedy's inaugural address.")).stream
     assert isinstance(stream, Session)
-    seed_prompt(stream, "President Kennedy's inaugural address.")
     carried = tuple(model.tokenizer.encode(" President Kennedy's inaugural address."))
     prompts = []
     for pos in range(0, RATE * 6, RATE):
@@ -190,8 +190,7 @@ def test_the_prompt_is_the_previous_text_of_every_decode(model: WhisperModel, jf
 
 
 def test_a_long_prompt_keeps_its_end(model: WhisperModel, jfk: np.ndarray) -> None:
-    stream = Service(model, ServerConfig()).open(StartRequest()).stream
-    seed_prompt(stream, " ".join(["word"] * 400))
+    stream = Service(model, ServerConfig()).open(StartRequest(prompt=" ".join(["word"] * 400))).stream
     stream.push(jfk[: RATE * 2])
     prompt = stream.decoder.last.prompt  # type: ignore[attr-defined]
     assert prompt.index(model.sot_id) - 1 <= MAX_PROMPT_TOKENS  # (openai-whisper's limit on previous text)
@@ -203,7 +202,8 @@ def test_a_stream_opened_with_a_prompt_decodes_as_one_seeded_with_it(model: Whis
     text = "President Kennedy's inaugural address."
     service = Service(model, ServerConfig())
     seeded = service.open(StartRequest()).stream
-    seed_prompt(seeded, text)
+    assert isinstance(seeded, Session)
+    seeded.prompt.initial = initial_prompt(model, text)  # (given once open, before any decode)
     streams = {"seeded": seeded, "opened": service.open(StartRequest(prompt=text)).stream,
                "plain": service.open(StartRequest()).stream}
     prompts: dict[str, list[tuple[int, ...]]] = {name: [] for name in streams}

@@ -285,14 +285,21 @@ def test_bad_events_are_answered_and_the_session_goes_on(server: Running, jfk: n
         assert "fellow americans" in words(until(ws, COMPLETED)[-1]["transcript"])  # it still transcribes
 
 
-def _refused(ws: ClientConnection) -> tuple[dict[str, Any], int | None]:
+def _closed(ws: ClientConnection) -> tuple[list[dict[str, Any]], int | None]:
+    """The events until the server closes the connection, and its close code."""
     events = []
     try:
         while True:
             events.append(validated(ws.recv(timeout=30)))
     except ConnectionClosed:
         pass
-    return _error_of(events), ws.close_code
+    return events, ws.close_code
+
+
+def _refused(ws: ClientConnection) -> tuple[dict[str, Any], int | None]:
+    """The error event the server sent before closing, and its close code."""
+    events, code = _closed(ws)
+    return _error_of(events), code
 
 
 def test_refusals_close_the_session(model: WhisperModel, jfk: np.ndarray) -> None:
@@ -428,14 +435,3 @@ def test_shutdown_completes_each_sessions_pending_item_then_closes_1001(model: W
     assert rest == [] and code == 1001
     assert idle_events == [] and idle_code == 1001
     assert took < 30.0
-
-
-def _closed(ws: ClientConnection) -> tuple[list[dict[str, Any]], int | None]:
-    """The events until the server closes the connection, and its close code."""
-    events = []
-    try:
-        while True:
-            events.append(validated(ws.recv(timeout=30)))
-    except ConnectionClosed:
-        pass
-    return events, ws.close_code

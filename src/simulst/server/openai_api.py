@@ -70,9 +70,7 @@ from simulst.server.access import authorized, bearer, error_body, json_error
 from simulst.server.protocol import ProtocolError, StartRequest
 from simulst.server.scheduler import Slot
 from simulst.streaming.commit import SENTENCE_ENDS
-from simulst.streaming.engine import Stream
-from simulst.streaming.prompt import MAX_PREVIOUS_TOKENS, initial_prompt
-from simulst.streaming.session import Session
+from simulst.streaming.prompt import MAX_PREVIOUS_TOKENS
 from simulst.streaming.subtitles import render_subtitles
 from simulst.types import Emission, spoken_words
 
@@ -467,16 +465,3 @@ def _language_name(code: str) -> str:
         return _language_names().get(code, code)
     except ImportError:  # pragma: no cover - transformers is a dependency
         return code
-
-
-# ---------------------------------------------------------------------------------------------------- prompt
-def seed_prompt(stream: Stream, text: str) -> None:
-    """Give ``stream``, opened without a prompt and not decoded yet, the initial prompt ``text`` (the endpoints
-    pass theirs when they open the stream: :attr:`StartRequest.prompt <simulst.server.protocol.StartRequest>`).
-
-    Raises:
-        OptionError: the stream's model takes no previous text (or the stream is a cascade).
-    """
-    if not isinstance(stream, Session):
-        raise OptionError("this server's model takes no prompt")
-    stream.prompt.initial = initial_prompt(stream.model, text)
