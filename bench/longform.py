@@ -384,6 +384,44 @@ def add_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]], refer
         row["vs_default"] = paired_bootstrap(metric, hypotheses[base], hyps, refs).describe()
 
 
+def pooled_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]],
+                     references: list[list[str]]) -> list[dict[str, Any]]:
+    """Per transcription config run beside ``default`` on more than one talk (same clock): its WER_whisper and the
+    default's over all those talks' reference sentences together, and the paired bootstrap interval (95 %, 1000
+    resamples over the pooled sentences) of the difference."""
+    pooled_rows = []
+    configs = dict.fromkeys((r["config"], r["clock"]) for r in rows if "WER_norm" in r and r["config"] != "default")
+    for config, clock in configs:
+        talks, base_hyps, hyps, refs = [], [], [], []
+        for k, row in enumerate(rows):
+            if row["config"] != config or row["clock"] != clock or "WER_norm" not in row:
+                continue
+            base = next((b for b, r in enumerate(rows) if r["talk"] == row["talk"] and r["clock"] == clock
+                         and r["config"] == "default"), None)
+            if base is None:
+                continue
+            talks.append(row["talk"])
+            base_hyps += hypotheses[base]
+            hyps += hypotheses[k]
+            refs += references[k]
+        if len(talks) < 2:
+            continue
+        interval = paired_bootstrap("WER_whisper", base_hyps, hyps, refs)
+        pooled_rows.append({"config": config, "clock": clock, "talks": " + ".join(talks), "sentences": len(refs),
+                            "quality": interval.b, "default_quality": interval.a, "vs_default": interval.describe()})
+    return pooled_rows
+
+
+def write_hypotheses(path: Path, rows: list[dict[str, Any]], hypotheses: list[list[str]],
+                     references: list[list[str]]) -> None:
+    """Every run's resegmented hypothesis per reference sentence, so that its scores can be recomputed."""
+    lines = ["talk\tconfig\tclock\tsentence\treference\thypothesis"]
+    for row, hyps, refs in zip(rows, hypotheses, references, strict=True):
+        lines += ["\t".join([row["talk"], row["config"], row["clock"], str(i), " ".join(ref.split()),
+                              " ".join(hyp.split())]) for i, (ref, hyp) in enumerate(zip(refs, hyps, strict=True))]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def plot(all_series: dict[str, list[dict[str, Any]]], results: Path) -> Path:
     import matplotlib
 
@@ -506,7 +544,9 @@ def main() -> None:
         references.append(refs)
         all_series[f"{talk} {config}" + (" realtime" if clock == "realtime" else "")] = series
     add_intervals(rows, hypotheses, references)
+    pooled_rows = pooled_intervals(rows, hypotheses, references)
     write_csv(args.out / "longform.csv", rows, COLUMNS)
+    write_hypotheses(args.out / "longform_hypotheses.tsv", rows, hypotheses, references)
     png = plot(all_series, args.out)
     lines = [
         "# Long-form streaming: one stream over a whole talk",
@@ -550,6 +590,12 @@ def main() -> None:
         "",
         markdown_table(rows, COLUMNS),
         "",
+        *(["## Pooled over the English talks", "",
+            "Each config's `quality` and the `default` run's over the reference sentences of all the English talks "
+            "both ran on (same clock), with the paired bootstrap interval of the difference over those sentences "
+            "(95 %, 1000 resamples). The per-sentence outputs are in `longform_hypotheses.tsv`.", "",
+            markdown_table(pooled_rows, ["config", "clock", "talks", "sentences", "quality", "default_quality",
+                                         "vs_default"]), ""] if pooled_rows else []),
         f"![per minute]({png.name})",
         "",
         "## Per minute",

@@ -22,6 +22,14 @@ Data (dev sets only; the held-out sets judge the defaults elsewhere):
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/quality_latency.py --task translate [--configs offline,balanced,...]
         [--realtime] [--peers bench/results/peers] [--limit N]
+
+Variants: ``--variant NAME="FLAGS"`` (repeatable) runs the task with FLAGS as a user would give them on the command
+line (under ``--latency balanced`` unless FLAGS name another), logs it under
+``bench/results/quality_latency/<task>_explore/NAME/`` (``instances.log`` and ``flags.txt``), and writes
+``bench/results/quality_latency_variants.md``: every logged variant of the task against ``offline`` and
+``balanced`` (``d_balanced``), as the main table does. ``--configs ""`` runs the variants alone::
+
+    .venv/bin/python bench/quality_latency.py --task translate --configs "" --variant chunk-800="--chunk-ms 800"
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from simulst.audio.io import load_audio
+from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
 from simulst.config import ModelOptions, PolicyOptions, StreamOptions
 from simulst.config.presets import LATENCIES, preset_options
 from simulst.evaluation.bootstrap import paired_bootstrap
@@ -48,7 +59,17 @@ from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_realtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, csv_number, load_average, machine_note, markdown_table, seconds, write_csv, write_report
+from common import (
+    DATA,
+    READING,
+    csv_number,
+    load_average,
+    machine_note,
+    markdown_table,
+    seconds,
+    write_csv,
+    write_report,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASKS = ("transcribe", "translate")
@@ -77,6 +98,33 @@ def configs(task: str) -> dict[str, Config]:
     for latency in LATENCIES:
         model, stream = preset_options(task, latency, base)
         out[latency] = Config(latency, model, stream, f"--latency {latency}")
+    return out
+
+
+def variant(task: str, name: str, flags: str) -> Config:
+    """The config ``name`` that the command-line ``flags`` give ``task`` (over its ``--latency`` preset, as the CLI
+    resolves them; translation on Whisper base unless ``--model`` is given).
+
+    Raises:
+        SystemExit: flags the command line does not take.
+        OptionError: values the options refuse.
+    """
+    parser = argparse.ArgumentParser(prog=f"--variant {name}")
+    add_stream_arguments(parser)
+    if task == "translate":
+        parser.set_defaults(model="whisper-base")
+    args = parser.parse_args(shlex.split(flags))
+    model = model_options_from_args(args, task)
+    return Config(name, model, stream_options_from_args(args, task), flags)
+
+
+def explored(logs_root: Path, task: str) -> dict[str, tuple[str, list[InstanceRecord]]]:
+    """The logged variants of ``task`` (``<task>_explore/NAME/`` with its ``flags.txt``): name -> (flags, log)."""
+    out: dict[str, tuple[str, list[InstanceRecord]]] = {}
+    for flags_file in sorted((logs_root / f"{task}_explore").glob("*/flags.txt")):
+        log = flags_file.parent / "instances.log"
+        if log.is_file():
+            out[flags_file.parent.name] = (flags_file.read_text(encoding="utf-8").strip(), read_log(log))
     return out
 
 
@@ -127,8 +175,11 @@ def live(engine: SpeechEngine, options: StreamOptions, item: TestItem) -> dict[s
 
 
 def score_row(task: str, name: str, summary: str, records: Sequence[InstanceRecord],
-              logs: dict[str, list[InstanceRecord]]) -> dict[str, Any]:
-    """One table row: quality, latency, compute, and the bootstrap intervals against offline and before."""
+              logs: dict[str, list[InstanceRecord]],
+              against: Sequence[tuple[str, str]] = (("offline", "d_offline"), ("before", "d_before"))
+              ) -> dict[str, Any]:
+    """One table row: quality, latency, compute, and the bootstrap intervals against the logged configs of
+    ``against`` (config, column): offline and before unless told."""
     q1, q2 = QUALITY[task]
     scores = score_records(records, ScoreOptions(quality_metrics=(q1, q2), computation_aware=True)).scores
     info = [r.extra.get("simulst", {}) for r in records]
@@ -137,19 +188,26 @@ def score_row(task: str, name: str, summary: str, records: Sequence[InstanceReco
     row: dict[str, Any] = {"task": task, "config": name, "options": summary, "n": len(records), "Q1": scores[q1],
                            "Q2": scores[q2], "AL": seconds(scores["AL"]), "LAAL": seconds(scores["LAAL"]),
                            "AL_CA": seconds(scores.get("AL_CA")), "RTF": compute / source,
-                           "enc_frames_s": sum(i.get("encoder_frames", 0) for i in info) * 1000.0 / source,
-                           "dec_calls_s": sum(i.get("decoder_calls", 0) for i in info) * 1000.0 / source}
+                           "enc_frames_s": _per_audio_s(info, "encoder_frames", source),
+                           "dec_calls_s": _per_audio_s(info, "decoder_calls", source)}
     lives = [r.extra["live"] for r in records if "live" in r.extra]
     if lives and len(lives) == len(records):
         row["AL_live"] = sum(x["AL_live"] for x in lives) / len(lives) / 1000.0
         row["RTF_live"] = sum(x["RTF_live"] * r.source_length for x, r in zip(lives, records, strict=True)) / source
-    for other, column in (("offline", "d_offline"), ("before", "d_before")):
+    for other, column in against:
         if other in logs and other != name and len(logs[other]) == len(records):
             refs = [r.reference or "" for r in records]
             interval = paired_bootstrap(q1, [r.prediction for r in logs[other]], [r.prediction for r in records],
                                         refs)
             row[column] = interval.describe()
     return row
+
+
+def _per_audio_s(info: Sequence[dict[str, Any]], key: str, source_ms: float) -> float:
+    """The records' ``key`` summed per second of audio; NaN where the logs do not count it (the peers')."""
+    if not any(key in i for i in info):
+        return math.nan
+    return sum(i.get(key, 0) for i in info) * 1000.0 / source_ms
 
 
 def read_peers(folder: Path, task: str) -> dict[str, list[InstanceRecord]]:
@@ -167,6 +225,9 @@ def main() -> None:
     parser.add_argument("--peers", type=Path, default=None, help="bench/peers.py's output folder")
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
     parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
+    parser.add_argument("--variant", action="append", default=[], metavar='NAME="FLAGS"',
+                        help="also run a variant: the command-line FLAGS (over --latency balanced unless given), "
+                             "scored in quality_latency_variants.md (repeatable)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="the results folder (default: bench/results)")
     args = parser.parse_args()
     logs_root = args.out / "quality_latency"
@@ -174,6 +235,12 @@ def main() -> None:
     table = configs(args.task)
     test = items(args.task)[: args.limit]
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    variants = []
+    for spec in args.variant:
+        name, sep, flags = spec.partition("=")
+        if not sep or not name or "/" in name:
+            raise SystemExit(f'bad --variant {spec!r}: NAME="FLAGS"')
+        variants.append(variant(args.task, name, flags))
     logs: dict[str, list[InstanceRecord]] = {}
     for name in table:
         path = logs_root / args.task / name / "instances.log"
@@ -190,6 +257,21 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_log(path, logs[name])
         print(f"{args.task} {name}: {time.perf_counter() - started:.0f} s", flush=True)
+    for config in [] if args.rescore else variants:
+        started = time.perf_counter()
+        records = run(args.task, config, test, args.realtime)
+        folder = logs_root / f"{args.task}_explore" / config.name
+        folder.mkdir(parents=True, exist_ok=True)
+        write_log(folder / "instances.log", records)
+        (folder / "flags.txt").write_text(config.summary + "\n", encoding="utf-8")
+        print(f"{args.task} variant {config.name}: {time.perf_counter() - started:.0f} s", flush=True)
+    if variants or args.rescore:
+        write_variants(args.out, args.task, [
+            score_row(args.task, name, flags, records, logs, (("offline", "d_offline"), ("balanced", "d_balanced")))
+            for name, (flags, records) in explored(logs_root, args.task).items()
+            if len(records) == len(logs.get("offline", records))])
+    if not names and not args.rescore:
+        return
     rows = [score_row(args.task, name, table[name].summary, records, logs) for name, records in logs.items()
             if name in table]
     if args.peers is not None:
@@ -221,6 +303,33 @@ def write(out: Path, task: str, rows: list[dict[str, Any]], note: str, ran: Sequ
     write_report(md_path, header + markdown_table(all_rows, COLUMNS))
     write_csv(csv_path, all_rows, COLUMNS)
     print("wrote", plot(out, task, rows))
+
+
+VARIANT_COLUMNS = ["task", "config", "options", "n", "Q1", "Q2", "AL", "LAAL", "enc_frames_s", "dec_calls_s",
+                   "d_offline", "d_balanced"]
+
+
+def write_variants(out: Path, task: str, rows: list[dict[str, Any]]) -> None:
+    """Replace ``task``'s rows of ``quality_latency_variants.md`` (the other task's stay)."""
+    path = out / "quality_latency_variants.md"
+    marker = f"## {task}"
+    sections = {}
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        for block in text[: text.index(READING) if READING in text else len(text)].split("\n## ")[1:]:
+            title = "## " + block.split("\n", 1)[0]
+            sections[title] = "## " + block.rstrip("\n")
+    sections[marker] = "\n\n".join([marker, markdown_table(rows, VARIANT_COLUMNS)])
+    header = (
+        "# Quality against latency: variants of the presets\n\n"
+        "Written by `bench/quality_latency.py --variant NAME=\"FLAGS\"` (its docstring defines every column): each "
+        "row is a task run with the command-line flags in `options` (over `--latency balanced` unless they name "
+        "another preset), on the same dev utterances as `quality_latency.md`, logged under "
+        "`quality_latency/<task>_explore/NAME/`. `d_offline` / `d_balanced`: Q1 of the row minus Q1 of offline / of "
+        "the `balanced` preset, with the paired bootstrap 95 % interval over utterances (1000 resamples). Quality "
+        "and the source-clock latencies do not depend on the machine's load; no timing column is kept here.\n\n"
+    )
+    write_report(path, header + "\n\n".join(sections[k] for k in sorted(sections)))
 
 
 def plot(out: Path, task: str, rows: Sequence[dict[str, Any]]) -> Path:

@@ -1,0 +1,62 @@
+"""bench/quality_latency.py's variants: command-line flags resolve as the CLI resolves them, over the task's
+``balanced`` preset, and the variants' table keeps each task's section."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from quality_latency import configs, explored, variant, write_variants
+from simulst.config import PolicyOptions
+from simulst.evaluation.instances import InstanceRecord, write_log
+
+
+@pytest.mark.parametrize("task", ["transcribe", "translate"])
+def test_a_variant_without_flags_is_the_balanced_preset(task: str) -> None:
+    balanced, plain = configs(task)["balanced"], variant(task, "plain", "")
+    assert (plain.model, plain.stream) == (balanced.model, balanced.stream)
+
+
+def test_a_variant_changes_only_what_its_flags_name() -> None:
+    balanced = configs("translate")["balanced"]
+    chunk = variant("translate", "chunk-800", "--chunk-ms 800 --search beam --beam 3")
+    assert chunk.model == balanced.model and chunk.model.name == "whisper-base"
+    assert chunk.stream == dataclasses.replace(balanced.stream, chunk_ms=800.0,
+                                               search=dataclasses.replace(balanced.stream.search, name="beam",
+                                                                          beam=3))
+    assert variant("translate", "la3", "--policy la-3").stream.policy == PolicyOptions.parse("la-3")
+    low = variant("transcribe", "low", "--latency low")
+    assert (low.model, low.stream) == (configs("transcribe")["low"].model, configs("transcribe")["low"].stream)
+
+
+def test_a_flag_the_command_line_does_not_take_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        variant("transcribe", "bad", "--no-such-flag 3")
+
+
+def test_the_variants_table_replaces_only_its_tasks_section(tmp_path: Path) -> None:
+    row = {"task": "translate", "config": "chunk-800", "options": "--chunk-ms 800", "n": 2, "Q1": 16.2}
+    write_variants(tmp_path, "translate", [row])
+    write_variants(tmp_path, "transcribe", [{**row, "task": "transcribe", "config": "int8"}])
+    write_variants(tmp_path, "translate", [{**row, "config": "beam-3"}])
+    text = (tmp_path / "quality_latency_variants.md").read_text(encoding="utf-8")
+    assert text.count("## translate") == 1 and text.count("## transcribe") == 1
+    assert "| beam-3 |" in text and "| chunk-800 |" not in text and "| int8 |" in text
+
+
+def test_logged_variants_are_found_with_their_flags(tmp_path: Path) -> None:
+    folder = tmp_path / "translate_explore" / "chunk-800"
+    folder.mkdir(parents=True)
+    write_log(folder / "instances.log", [InstanceRecord(index=0, prediction="a b", delays=[1000.0, 1000.0],
+                                                        elapsed=[1000.0, 1000.0], source_length=2000.0)])
+    (folder / "flags.txt").write_text("--chunk-ms 800\n", encoding="utf-8")
+    (tmp_path / "translate_explore" / "unflagged").mkdir()  # (a log without its flags is not a variant)
+    found = explored(tmp_path, "translate")
+    assert list(found) == ["chunk-800"]
+    flags, records = found["chunk-800"]
+    assert flags == "--chunk-ms 800" and records[0].prediction == "a b"
