@@ -327,7 +327,8 @@ def write_variants(out: Path, task: str, rows: list[dict[str, Any]]) -> None:
         "another preset), on the same dev utterances as `quality_latency.md`, logged under "
         "`quality_latency/<task>_explore/NAME/`. `d_offline` / `d_balanced`: Q1 of the row minus Q1 of offline / of "
         "the `balanced` preset, with the paired bootstrap 95 % interval over utterances (1000 resamples). Quality "
-        "and the source-clock latencies do not depend on the machine's load; no timing column is kept here.\n\n"
+        "and the source-clock latencies do not depend on the machine's load (the torch thread count can flip a rare "
+        "decision: see `quality_latency.md`'s reading); no timing column is kept here.\n\n"
     )
     write_report(path, header + "\n\n".join(sections[k] for k in sorted(sections)))
 
