@@ -372,12 +372,17 @@ def run(talk: str, config: str, clock: str,
     return row, series, sentence_hypotheses(report), references
 
 
+def _default_run(rows: list[dict[str, Any]], row: dict[str, Any]) -> int | None:
+    """The index of the ``default`` run of ``row``'s talk on ``row``'s clock; None: there is none."""
+    return next((k for k, r in enumerate(rows) if r["talk"] == row["talk"] and r["clock"] == row["clock"]
+                 and r["config"] == "default"), None)
+
+
 def add_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]], references: list[list[str]]) -> None:
     """Fill ``vs_default`` of every row whose talk has a ``default`` run on the same clock: the paired bootstrap
     interval (95 %, 1000 resamples over the reference sentences) of its quality minus the default's."""
     for row, hyps, refs in zip(rows, hypotheses, references, strict=True):
-        base = next((k for k, r in enumerate(rows) if r["talk"] == row["talk"] and r["clock"] == row["clock"]
-                     and r["config"] == "default"), None)
+        base = _default_run(rows, row)
         if base is None or rows[base] is row:
             continue
         metric = "WER_whisper" if "WER_norm" in row else "BLEU"  # only transcription rows have WER_norm
@@ -389,26 +394,21 @@ def pooled_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]],
     """Per transcription config run beside ``default`` on more than one talk (same clock): its WER_whisper and the
     default's over all those talks' reference sentences together, and the paired bootstrap interval (95 %, 1000
     resamples over the pooled sentences) of the difference."""
+    pairs: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (config, clock) -> (its run, the default's), per talk
+    for k, row in enumerate(rows):
+        base = _default_run(rows, row)
+        if "WER_norm" in row and base is not None and base != k:
+            pairs.setdefault((row["config"], row["clock"]), []).append((k, base))
     pooled_rows = []
-    configs = dict.fromkeys((r["config"], r["clock"]) for r in rows if "WER_norm" in r and r["config"] != "default")
-    for config, clock in configs:
-        talks, base_hyps, hyps, refs = [], [], [], []
-        for k, row in enumerate(rows):
-            if row["config"] != config or row["clock"] != clock or "WER_norm" not in row:
-                continue
-            base = next((b for b, r in enumerate(rows) if r["talk"] == row["talk"] and r["clock"] == clock
-                         and r["config"] == "default"), None)
-            if base is None:
-                continue
-            talks.append(row["talk"])
-            base_hyps += hypotheses[base]
-            hyps += hypotheses[k]
-            refs += references[k]
-        if len(talks) < 2:
+    for (config, clock), runs in pairs.items():
+        if len(runs) < 2:
             continue
-        interval = paired_bootstrap("WER_whisper", base_hyps, hyps, refs)
-        pooled_rows.append({"config": config, "clock": clock, "talks": " + ".join(talks), "sentences": len(refs),
-                            "quality": interval.b, "default_quality": interval.a, "vs_default": interval.describe()})
+        interval = paired_bootstrap("WER_whisper", [h for _, b in runs for h in hypotheses[b]],
+                                    [h for k, _ in runs for h in hypotheses[k]],
+                                    [r for k, _ in runs for r in references[k]])
+        pooled_rows.append({"config": config, "clock": clock, "talks": " + ".join(rows[k]["talk"] for k, _ in runs),
+                            "sentences": interval.n, "quality": interval.b, "default_quality": interval.a,
+                            "vs_default": interval.describe()})
     return pooled_rows
 
 

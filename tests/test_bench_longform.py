@@ -1,0 +1,43 @@
+"""bench/longform.py's interval pooled over talks, and its per-sentence outputs, on hand-worked toy runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from longform import pooled_intervals, write_hypotheses
+
+
+def run(talk: str, config: str) -> dict[str, Any]:
+    return {"talk": talk, "config": config, "clock": "simulated", "WER_norm": 0.0}  # (a transcription row)
+
+
+ROWS = [run("en-talk", "segment-10"), run("en-talk", "default"), run("ls-readings", "segment-10"),
+        run("ls-readings", "default"), run("en-talk", "vad")]
+REFERENCES = [["a b c", "d e"], ["a b c", "d e"], ["f g", "h"], ["f g", "h"], ["a b c", "d e"]]
+HYPOTHESES = [["a b c", "d e"], ["a b x", "d e"], ["f g", "h"], ["f", "h i"], ["a b c", "d"]]
+
+
+def test_the_pooled_interval_scores_every_talks_sentences_together() -> None:
+    # the default: 1 substitution (x), 1 deletion (g), 1 insertion (i) over 3 + 2 + 2 + 1 = 8 words = 37.5 %;
+    # segment-10 reads every sentence right; vad ran on one talk only, so it has no pooled row
+    (row,) = pooled_intervals(ROWS, HYPOTHESES, REFERENCES)
+    assert (row["config"], row["talks"], row["sentences"]) == ("segment-10", "en-talk + ls-readings", 4)
+    assert (row["quality"], row["default_quality"]) == (0.0, 37.5)
+    assert row["vs_default"].startswith("-37.50 [")
+
+
+def test_a_translation_run_is_not_pooled() -> None:
+    rows = [{k: v for k, v in r.items() if k != "WER_norm"} for r in ROWS]  # (BLEU rows have no WER_norm)
+    assert pooled_intervals(rows, HYPOTHESES, REFERENCES) == []
+
+
+def test_every_sentence_output_is_written_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "hypotheses.tsv"
+    write_hypotheses(path, ROWS[:1], [["a\tb", "c\n d"]], [["a b", "c d"]])
+    assert path.read_text(encoding="utf-8").splitlines() == [
+        "talk\tconfig\tclock\tsentence\treference\thypothesis",
+        "en-talk\tsegment-10\tsimulated\t0\ta b\ta b", "en-talk\tsegment-10\tsimulated\t1\tc d\tc d"]
