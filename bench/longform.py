@@ -1,5 +1,6 @@
-"""Long-form streaming: a 10-minute English talk, the 5 LibriSpeech readings (and the German talk, X→English), each
-talk through one stream.
+"""Long-form streaming: a 10-minute English talk, the 5 LibriSpeech readings (and the German and French talks,
+X→English), each talk through one stream, at the task's preset (``default``: ``balanced``) or options changed over
+it.
 
 Needs the talks of ``bench/longform_sets.py`` (run it first). Writes ``bench/results/longform.md`` (+ ``.csv``, and
 ``longform.png``; ``--out`` writes them elsewhere): per configuration, the stream's WER (or BLEU) after resegmenting
@@ -10,7 +11,8 @@ The per-utterance offline score of the same model on the same sentences is the r
 WER after Whisper's EnglishTextNormalizer (``WER_whisper``), with the project's own normalisation (``WER_norm``,
 the quality column before) beside it; ``vs_default``: the paired bootstrap interval (95 %, over the reference
 sentences) of the run's quality minus that of the same talk's ``default`` run on the same clock, when the runs
-include it.
+include it; a config run on more than one talk of a task is also compared with ``default`` over all their sentences
+(the pooled table).
 
 A run's talk may be a set of several talks (``ls``: the 5 LibriSpeech readings of about 77 s, one wav each): each
 talk is streamed on its own (a fresh stream, its own clock from 0), and the set is scored as one
@@ -57,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_average, machine_note, markdown_table, seconds, speed_anchor_ms, write_csv, write_report
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
+from simulst.config.presets import preset_options
 from simulst.evaluation.bootstrap import paired_bootstrap
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.longform import (
@@ -79,27 +82,33 @@ SETS = ROOT / "out" / "longform"
 RESULTS = ROOT / "bench" / "results"
 TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
          "ls": ("ls-readings", ModelOptions("whisper-tiny.en")),
-         "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate"))}
-# config -> (stream options, model options changed from the talk's)
-CONFIGS: dict[str, tuple[StreamOptions, dict[str, Any]]] = {
-    "default": (StreamOptions(), {}), "vad": (StreamOptions(vad=True), {}),
-    "vad-2s": (StreamOptions(vad=True, chunk_ms=2000.0, segment_s=10.0, max_buffer_s=16.0), {}),
-    "segment-10": (StreamOptions(segment_s=10.0, max_buffer_s=16.0), {}),
-    "window-full": (StreamOptions(), {"window": "full"}),
-    "context-all": (StreamOptions(context_scope="all"), {}),
-    "context-0": (StreamOptions(context_tokens=0), {}),
-    "vad-context-0": (StreamOptions(vad=True, context_tokens=0), {}),
-    "vad-beam5": (StreamOptions(vad=True, search=SearchOptions("beam", beam=5)), {}),
-    # the transcribe --latency accurate preset (src/simulst/config/presets.py), and long-form variants of it
-    "accurate": (StreamOptions(chunk_ms=1000.0, max_buffer_s=15.0), {}),
-    "accurate-segment-10": (StreamOptions(chunk_ms=1000.0, segment_s=10.0, max_buffer_s=16.0), {}),
-    "vad-1s": (StreamOptions(vad=True, chunk_ms=1000.0, segment_s=10.0, max_buffer_s=16.0), {}),
-    "vad-0.6s": (StreamOptions(vad=True, segment_s=10.0, max_buffer_s=16.0), {}),
-    "vad-0.8s": (StreamOptions(vad=True, chunk_ms=800.0, segment_s=10.0, max_buffer_s=16.0), {}),
+         "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate")),
+         "fr": ("fr-talk", ModelOptions("whisper-base", language="fr", task="translate"))}
+# config -> (the talk's task's preset, stream options changed over it, model options changed over it): `default` is
+# what `simulst transcribe|translate TALK` runs with no flags (the task's `balanced` preset)
+CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "default": ("balanced", {}, {}), "low": ("low", {}, {}), "accurate": ("accurate", {}, {}),
+    "vad": ("balanced", {"vad": True}, {}),
+    "vad-2s": ("balanced", {"vad": True, "chunk_ms": 2000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "segment-5": ("balanced", {"segment_s": 5.0}, {}),  # translation: trimmed at each sentence end past 5 s
+    "buffer-15": ("balanced", {"max_buffer_s": 15.0}, {}),  # translation: a shorter bound on the sentence's audio
+    "buffer-20": ("balanced", {"max_buffer_s": 20.0}, {}),
+    "window-full": ("balanced", {}, {"window": "full"}),
+    "context-all": ("balanced", {"context_scope": "all"}, {}),
+    "context-0": ("balanced", {"context_tokens": 0}, {}),
+    "vad-context-0": ("balanced", {"vad": True, "context_tokens": 0}, {}),
+    "vad-beam5": ("balanced", {"vad": True, "search": SearchOptions("beam", beam=5)}, {}),
+    "ctc": ("balanced", {"policy": PolicyOptions.parse("ctc")}, {"ctc_head": "default"}),
+    # long-form variants of the transcribe accurate preset
+    "accurate-segment-10": ("balanced", {"chunk_ms": 1000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "vad-1s": ("balanced", {"vad": True, "chunk_ms": 1000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "vad-0.6s": ("balanced", {"vad": True, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "vad-0.8s": ("balanced", {"vad": True, "chunk_ms": 800.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
 }
 CLOCKS = ("simulated", "realtime")
-DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:vad-2s@realtime,en:context-all,en:context-0,"
-                "en:vad-context-0,de:default,de:vad-2s")
+DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
+                "ls:default,ls:vad,ls:vad-2s,de:default,fr:default,de:vad-2s,fr:vad-2s")
 COLUMNS = ["talk", "config", "clock", "minutes", "quality", "offline_per_utterance", "offline_same_search",
            "WER_norm", "offline_WER_norm", "vs_default", "StreamLAAL", "StreamLAAL_CA", "first_min_AL", "last_min_AL",
            "first_min_AL_CA", "last_min_AL_CA", "chunk_p50_ms", "chunk_p95_ms",
@@ -110,6 +119,16 @@ def _rss_mb() -> float:
     """Resident memory of this process now (Linux /proc), MB."""
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * resource.getpagesize() / 1e6
+
+
+def config_options(talk: str, config: str) -> tuple[ModelOptions, StreamOptions]:
+    """The model and stream options of ``config`` on ``talk``: its task's preset (``preset_options``, as the command
+    line resolves it), then the config's changes over it."""
+    _, model_options = TALKS[talk]
+    latency, stream_changes, model_changes = CONFIGS[config]
+    model_options, stream_options = preset_options(model_options.task, latency, model_options)
+    return (dataclasses.replace(model_options, **model_changes),
+            dataclasses.replace(stream_options, **stream_changes))
 
 
 def stream_talk(engine: SpeechEngine, options: StreamOptions, audio: np.ndarray) -> dict[str, Any]:
@@ -259,8 +278,7 @@ class Talk:
     @classmethod
     def load(cls, talk: str, config: str, sets: Path) -> Talk:
         name, model_options = TALKS[talk]
-        stream_options, model_changes = CONFIGS[config]
-        model_options = dataclasses.replace(model_options, **model_changes)
+        model_options, stream_options = config_options(talk, config)
         segments = read_segmentation(sets / f"{name}.yaml")
         wavs = [sets / t.wav for t in group_talks(segments)]
         return cls(name, wavs, model_options, stream_options, SpeechEngine.load(model_options),
@@ -378,6 +396,11 @@ def _default_run(rows: list[dict[str, Any]], row: dict[str, Any]) -> int | None:
                  and r["config"] == "default"), None)
 
 
+def _metric(row: dict[str, Any]) -> str:
+    """The quality metric of a row: WER_whisper for a transcription (only those rows have WER_norm), else BLEU."""
+    return "WER_whisper" if "WER_norm" in row else "BLEU"
+
+
 def add_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]], references: list[list[str]]) -> None:
     """Fill ``vs_default`` of every row whose talk has a ``default`` run on the same clock: the paired bootstrap
     interval (95 %, 1000 resamples over the reference sentences) of its quality minus the default's."""
@@ -385,30 +408,30 @@ def add_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]], refer
         base = _default_run(rows, row)
         if base is None or rows[base] is row:
             continue
-        metric = "WER_whisper" if "WER_norm" in row else "BLEU"  # only transcription rows have WER_norm
-        row["vs_default"] = paired_bootstrap(metric, hypotheses[base], hyps, refs).describe()
+        row["vs_default"] = paired_bootstrap(_metric(row), hypotheses[base], hyps, refs).describe()
 
 
 def pooled_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]],
                      references: list[list[str]]) -> list[dict[str, Any]]:
-    """Per transcription config run beside ``default`` on more than one talk (same clock): its WER_whisper and the
-    default's over all those talks' reference sentences together, and the paired bootstrap interval (95 %, 1000
-    resamples over the pooled sentences) of the difference."""
-    pairs: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (config, clock) -> (its run, the default's), per talk
+    """Per config run beside ``default`` on more than one talk of one task (same clock): its quality and the
+    default's over all those talks' reference sentences together (WER_whisper for the transcription talks, BLEU for
+    the translation talks), and the paired bootstrap interval (95 %, 1000 resamples over the pooled sentences) of
+    the difference."""
+    pairs: dict[tuple[str, str, str], list[tuple[int, int]]] = {}  # (metric, config, clock) -> (run, default)s
     for k, row in enumerate(rows):
         base = _default_run(rows, row)
-        if "WER_norm" in row and base is not None and base != k:
-            pairs.setdefault((row["config"], row["clock"]), []).append((k, base))
+        if base is not None and base != k:
+            pairs.setdefault((_metric(row), row["config"], row["clock"]), []).append((k, base))
     pooled_rows = []
-    for (config, clock), runs in pairs.items():
+    for (metric, config, clock), runs in pairs.items():
         if len(runs) < 2:
             continue
-        interval = paired_bootstrap("WER_whisper", [h for _, b in runs for h in hypotheses[b]],
+        interval = paired_bootstrap(metric, [h for _, b in runs for h in hypotheses[b]],
                                     [h for k, _ in runs for h in hypotheses[k]],
                                     [r for k, _ in runs for r in references[k]])
-        pooled_rows.append({"config": config, "clock": clock, "talks": " + ".join(rows[k]["talk"] for k, _ in runs),
-                            "sentences": interval.n, "quality": interval.b, "default_quality": interval.a,
-                            "vs_default": interval.describe()})
+        pooled_rows.append({"metric": metric, "config": config, "clock": clock,
+                            "talks": " + ".join(rows[k]["talk"] for k, _ in runs), "sentences": interval.n,
+                            "quality": interval.b, "default_quality": interval.a, "vs_default": interval.describe()})
     return pooled_rows
 
 
@@ -556,8 +579,9 @@ def main() -> None:
         "resegmentation and Whisper's EnglishTextNormalizer, `WER_whisper`, %), `ls-readings` (5 LibriSpeech "
         "test-other readings of about 77 s, each speaker's 10 consecutive utterances joined as they are, each "
         "streamed on its own and the 50 sentences scored together: corpus WER, StreamLAAL the mean over the "
-        "sentences; Whisper tiny.en, `quality` as for `en-talk`) and `de-talk` (the 10 German fleurs-multi "
-        "utterances, Whisper base X→English: `quality` = BLEU after resegmentation). `offline_per_utterance`: the "
+        "sentences; Whisper tiny.en, `quality` as for `en-talk`), and `de-talk` / `fr-talk` (the 10 German / 10 "
+        "French fleurs-multi utterances joined the same way, once: 2.8 / 2.1 minutes; Whisper base X→English: "
+        "`quality` = BLEU after resegmentation). `offline_per_utterance`: the "
         "same model decoding each sentence's audio offline on its own (greedy, the default search); "
         "`offline_same_search`: the same with the run's search (beam 5 for `vad-beam5`); both in the `quality` "
         "metric. `WER_norm` / `offline_WER_norm`: the run's and the offline WER after the project's own "
@@ -570,15 +594,21 @@ def main() -> None:
         "emissions stamped with the wall clock; see the script); "
         "`first/last_min_AL(_CA)`: mean StreamLAAL (and _CA) of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
-        "Stream options are the defaults (LA-2, 600 ms chunks, the audio window, `--segment-s 5 --max-buffer-s 8`; "
+        "`default` is what `simulst transcribe TALK` / `simulst translate TALK` runs with no flags, the task's "
+        "`balanced` preset (transcription: the option defaults, LA-2, 600 ms chunks, the audio window, `--segment-s "
+        "5 --max-buffer-s 8`; translation: `--chunk-ms 1000 --segment-s 10 --max-buffer-s 30`); `low` / `accurate`: "
+        "the task's other presets; every other config changes the options it names over `balanced`: "
         "`vad`: `--vad`; `vad-2s`: `--vad --chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate "
         "long-form configuration: fewer, later commits and fewer trims in mid-sentence; `segment-10`: "
-        "`--segment-s 10 --max-buffer-s 16`; `window-full`: `--window full`; "
+        "`--segment-s 10 --max-buffer-s 16`; `segment-5`: `--segment-s 5` (the buffer trimmed behind each committed "
+        "sentence end once it holds 5 s; the transcribe default already); `buffer-15` / `buffer-20`: `--max-buffer-s "
+        "15` / `20`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
-        "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`; `accurate`: "
-        "`--chunk-ms 1000 --max-buffer-s 15`, the transcribe `--latency accurate` preset; `accurate-segment-10`: "
+        "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`; `ctc`: "
+        "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; "
+        "`accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "
         "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "
@@ -590,12 +620,13 @@ def main() -> None:
         "",
         markdown_table(rows, COLUMNS),
         "",
-        *(["## Pooled over the English talks", "",
-            "Each config's `quality` and the `default` run's over the reference sentences of all the English talks "
-            "both ran on (same clock), with the paired bootstrap interval of the difference over those sentences "
-            "(95 %, 1000 resamples). The per-sentence outputs are in `longform_hypotheses.tsv`.", "",
-            markdown_table(pooled_rows, ["config", "clock", "talks", "sentences", "quality", "default_quality",
-                                         "vs_default"]), ""] if pooled_rows else []),
+        *(["## Pooled over the talks of one task", "",
+            "Each config's `quality` and the `default` run's over the reference sentences of all the talks of one "
+            "task both ran on (same clock; WER_whisper over the English talks, BLEU over the translated ones), with "
+            "the paired bootstrap interval of the difference over those sentences (95 %, 1000 resamples). The "
+            "per-sentence outputs are in `longform_hypotheses.tsv`.", "",
+            markdown_table(pooled_rows, ["metric", "config", "clock", "talks", "sentences", "quality",
+                                         "default_quality", "vs_default"]), ""] if pooled_rows else []),
         f"![per minute]({png.name})",
         "",
         "## Per minute",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from longform import pooled_intervals, write_hypotheses
+from longform import config_options, pooled_intervals, write_hypotheses
+from simulst.config import StreamOptions
 
 
 def run(talk: str, config: str) -> dict[str, Any]:
@@ -30,9 +32,27 @@ def test_the_pooled_interval_scores_every_talks_sentences_together() -> None:
     assert row["vs_default"].startswith("-37.50 [")
 
 
-def test_a_translation_run_is_not_pooled() -> None:
-    rows = [{k: v for k, v in r.items() if k != "WER_norm"} for r in ROWS]  # (BLEU rows have no WER_norm)
-    assert pooled_intervals(rows, HYPOTHESES, REFERENCES) == []
+def test_translation_talks_are_pooled_apart_from_the_english_ones() -> None:
+    # the same runs as BLEU rows (no WER_norm) of two translated talks: pooled by BLEU, never with a WER row
+    rows = [{k: v for k, v in r.items() if k != "WER_norm"} | {"talk": r["talk"].replace("en-", "de-")
+                                                                 .replace("ls-readings", "fr-talk")} for r in ROWS]
+    (row,) = pooled_intervals(rows, HYPOTHESES, REFERENCES)
+    assert (row["metric"], row["config"], row["talks"], row["sentences"]) == ("BLEU", "segment-10",
+                                                                               "de-talk + fr-talk", 4)
+    mixed = [rows[0], rows[1], ROWS[2], ROWS[3]]  # a translated talk and an English one: one talk of each task
+    assert pooled_intervals(mixed, HYPOTHESES[:4], REFERENCES[:4]) == []
+
+
+def test_default_is_the_tasks_balanced_preset_and_a_config_changes_only_what_it_names() -> None:
+    _, en = config_options("en", "default")
+    _, de = config_options("de", "default")
+    assert (en.chunk_ms, en.max_buffer_s) == (StreamOptions().chunk_ms, StreamOptions().max_buffer_s)
+    assert (de.chunk_ms, de.segment_s, de.max_buffer_s) == (1000.0, 10.0, 30.0)
+    model, vad = config_options("de", "vad")
+    assert (model.task, model.language) == ("translate", "de")
+    assert vad == dataclasses.replace(de, vad=True)
+    _, accurate = config_options("en", "accurate")
+    assert (accurate.chunk_ms, accurate.max_buffer_s) == (1000.0, 15.0)
 
 
 def test_every_sentence_output_is_written_on_one_line(tmp_path: Path) -> None:
