@@ -277,7 +277,7 @@ class Talk:
 
     @classmethod
     def load(cls, talk: str, config: str, sets: Path) -> Talk:
-        name, model_options = TALKS[talk]
+        name, _ = TALKS[talk]
         model_options, stream_options = config_options(talk, config)
         segments = read_segmentation(sets / f"{name}.yaml")
         wavs = [sets / t.wav for t in group_talks(segments)]

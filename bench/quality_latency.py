@@ -265,12 +265,13 @@ def main() -> None:
         write_log(folder / "instances.log", records)
         (folder / "flags.txt").write_text(config.summary + "\n", encoding="utf-8")
         print(f"{args.task} variant {config.name}: {time.perf_counter() - started:.0f} s", flush=True)
-    variant_rows = [
-        score_row(args.task, name, flags, records, logs, (("offline", "d_offline"), ("balanced", "d_balanced")))
-        for name, (flags, records) in explored(logs_root, args.task).items()
-        if len(records) == len(logs.get("offline", records))] if variants or args.rescore else []
-    if variant_rows:  # (a task with no logged variant leaves the page as it is)
-        write_variants(args.out, args.task, variant_rows)
+    if variants or args.rescore:
+        variant_rows = [
+            score_row(args.task, name, flags, records, logs, (("offline", "d_offline"), ("balanced", "d_balanced")))
+            for name, (flags, records) in explored(logs_root, args.task).items()
+            if len(records) == len(logs.get("offline", records))]
+        if variant_rows:  # (a task with no logged variant leaves the page as it is)
+            write_variants(args.out, args.task, variant_rows)
     if not names and not args.rescore:
         return
     rows = [score_row(args.task, name, table[name].summary, records, logs) for name, records in logs.items()
