@@ -37,7 +37,10 @@ Computation-aware time comes from one of two clocks (the run's ``@clock``):
     OMP_NUM_THREADS=2 .venv/bin/python bench/longform.py [--runs en:default,en:vad,de:default,en:default@realtime,...]
 
 ``--phases K`` instead streams each run's talk on K chunk grids shifted by k/K of a chunk (source clock) and writes
-``bench/results/longform_phases.md``: one grid's WER is one draw of where the chunk boundaries fall.
+``bench/results/longform_phases.md``: one grid's WER is one draw of where the chunk boundaries fall. Each config run
+beside ``default`` is compared with it over all the grids and all the talks of one metric (a paired bootstrap over
+the reference sentences, each with its outputs on every grid), and the per-grid sentence outputs are written to
+``longform_phases_hypotheses.tsv``.
 """
 
 from __future__ import annotations
@@ -60,7 +63,12 @@ from common import load_average, machine_note, markdown_table, seconds, speed_an
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.config.presets import preset_options
-from simulst.evaluation.bootstrap import paired_bootstrap
+from simulst.evaluation.bootstrap import (
+    ScoreFromStats,
+    bootstrap_from_stats,
+    paired_bootstrap,
+    utterance_statistics,
+)
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.longform import (
     LongformOptions,
@@ -90,7 +98,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "default": ("balanced", {}, {}), "low": ("low", {}, {}), "accurate": ("accurate", {}, {}),
     "vad": ("balanced", {"vad": True}, {}),
     "vad-2s": ("balanced", {"vad": True, "chunk_ms": 2000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
-    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: the default)
+    "buffer-8": ("balanced", {"segment_s": 5.0, "max_buffer_s": 8.0}, {}),  # the option defaults' cuts
     "segment-5": ("balanced", {"segment_s": 5.0}, {}),  # translation: trimmed at each sentence end past 5 s
     "buffer-15": ("balanced", {"max_buffer_s": 15.0}, {}),  # translation: a shorter bound on the sentence's audio
     "buffer-20": ("balanced", {"max_buffer_s": 20.0}, {}),
@@ -476,10 +485,22 @@ def plot(all_series: dict[str, list[dict[str, Any]]], results: Path) -> Path:
 PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "WER_norm", "StreamLAAL", "trims"]
 
 
-def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class PhaseRun:
+    """One talk and config streamed on several chunk grids: its quality metric, each grid's sentence hypotheses
+    (in reference order) and the reference sentences."""
+
+    talk: str
+    config: str
+    metric: str
+    hypotheses: list[list[str]]
+    references: list[str]
+
+
+def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[dict[str, Any]], PhaseRun]:
     """The talk streamed on ``phases`` chunk grids, shifted by k/``phases`` of a chunk (``initial_wait_ms`` = chunk
     x (1 + k/phases), k = 0 .. phases-1; k = 0 is the main table's grid), source clock: its quality and StreamLAAL
-    on each grid, then their mean, best and worst.
+    on each grid, then their mean, best and worst; and the run's sentence hypotheses per grid.
 
     Why: which early guesses two consecutive hypotheses agree on, and so where the buffer is trimmed, depends on
     where the chunk boundaries fall in the speech; one grid's WER is one draw of that (``bench/performance.py``
@@ -489,10 +510,12 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str
     quality_key = quality_metric(loaded)
     first = stream_options.initial_wait_ms or stream_options.chunk_ms
     rows: list[dict[str, Any]] = []
+    hypotheses: list[list[str]] = []
     for k in range(phases):
         options = dataclasses.replace(stream_options, initial_wait_ms=first + k * stream_options.chunk_ms / phases)
         outs = [stream_talk(loaded.engine, options, audio) for audio in loaded.audios]
         report = loaded.score(outs, computation_aware=False)
+        hypotheses.append(sentence_hypotheses(report))
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
                      "quality": report.scores[quality_key]}
                     | ({"WER_norm": report.scores["WER_norm"]} if quality_key != "BLEU" else {})
@@ -506,11 +529,50 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> list[dict[str
                      "quality": pick([r["quality"] for r in rows[:phases]])}
                     | ({"StreamLAAL": statistics.fmean(r["StreamLAAL"] for r in rows[:phases])}
                        if label == "mean" else {}))
+    return rows, PhaseRun(name, config, quality_key, hypotheses, loaded.references)
+
+
+def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
+    """Per config run beside ``default`` on the same grids: its quality and the default's over all the grids and
+    all the talks of one metric both ran on, and the paired bootstrap interval (95 %, 1000 resamples) of the
+    difference. A resample draws reference sentences, each with its outputs on every grid (the statistics of a
+    sentence are summed over the grids): the grids of one sentence are not independent draws, the sentences are."""
+    defaults = {run.talk: run for run in runs if run.config == "default"}
+    groups: dict[tuple[str, str], list[PhaseRun]] = {}
+    for run in runs:
+        base = defaults.get(run.talk)
+        if run.config != "default" and base is not None and len(base.hypotheses) == len(run.hypotheses):
+            groups.setdefault((run.metric, run.config), []).append(run)
+
+    def summed(run: PhaseRun) -> tuple[np.ndarray, ScoreFromStats]:
+        grids = [utterance_statistics(run.metric, hyps, run.references) for hyps in run.hypotheses]
+        return np.sum([stats for stats, _ in grids], axis=0), grids[0][1]
+
+    rows = []
+    for (metric, config), group in groups.items():
+        base_stats = np.concatenate([summed(defaults[run.talk])[0] for run in group])
+        run_stats, score = zip(*(summed(run) for run in group), strict=True)
+        interval = bootstrap_from_stats(metric, base_stats, np.concatenate(run_stats), score[0])
+        rows.append({"metric": metric, "config": config, "talks": " + ".join(run.talk for run in group),
+                     "phases": len(group[0].hypotheses), "sentences": interval.n, "quality": interval.b,
+                     "default_quality": interval.a, "vs_default": interval.describe()})
     return rows
 
 
-def write_phases(rows: list[dict[str, Any]], phases: int, load_before: float, results: Path) -> None:
+PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "quality", "default_quality",
+                        "vs_default"]
+
+
+def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, load_before: float,
+                 results: Path) -> None:
     write_csv(results / "longform_phases.csv", rows, PHASE_COLUMNS)
+    lines = ["talk\tconfig\tphase\tsentence\treference\thypothesis"]
+    for run in runs:
+        lines += ["\t".join([run.talk, run.config, str(k), str(i), " ".join(ref.split()), " ".join(hyp.split())])
+                  for k, hyps in enumerate(run.hypotheses)
+                  for i, (ref, hyp) in enumerate(zip(run.references, hyps, strict=True))]
+    (results / "longform_phases_hypotheses.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pooled_rows = phase_intervals(runs)
     lines = [
         "# Long-form streaming over chunk phases",
         "",
@@ -525,6 +587,18 @@ def write_phases(rows: list[dict[str, Any]], phases: int, load_before: float, re
         "",
         markdown_table(rows, PHASE_COLUMNS),
     ]
+    if pooled_rows:
+        lines += [
+            "",
+            "## Against the default over all grids",
+            "",
+            "Each config's quality and the `default` run's over every grid and every talk of one metric both ran "
+            "on, with the paired bootstrap interval of the difference (95 %, 1000 resamples of the reference "
+            "sentences, each with its outputs on all the grids). The per-grid sentence outputs are in "
+            "`longform_phases_hypotheses.tsv`.",
+            "",
+            markdown_table(pooled_rows, PHASE_POOLED_COLUMNS),
+        ]
     write_report(results / "longform_phases.md", "\n".join(lines))
 
 
@@ -555,8 +629,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.phases > 0:
         pairs = dict.fromkeys((talk, config) for talk, config, _ in runs)  # the clock plays no part on phases
-        write_phases([row for talk, config in pairs for row in phase_rows(talk, config, args.sets, args.phases)],
-                     args.phases, load_before, args.out)
+        phase_tables, phase_runs = [], []
+        for talk, config in pairs:
+            table, phase_run = phase_rows(talk, config, args.sets, args.phases)
+            phase_tables += table
+            phase_runs.append(phase_run)
+        write_phases(phase_tables, phase_runs, args.phases, load_before, args.out)
         return
     anchor_ms = speed_anchor_ms()
     rows, all_series, hypotheses, references = [], {}, [], []
@@ -595,13 +673,15 @@ def main() -> None:
         "`first/last_min_AL(_CA)`: mean StreamLAAL (and _CA) of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
         "`default` is what `simulst transcribe TALK` / `simulst translate TALK` runs with no flags, the task's "
-        "`balanced` preset (transcription: the option defaults, LA-2, 600 ms chunks, the audio window, `--segment-s "
-        "5 --max-buffer-s 8`; translation: `--chunk-ms 1000 --segment-s 10 --max-buffer-s 30`); `low` / `accurate`: "
+        "`balanced` preset (transcription: LA-2, 600 ms chunks, the audio window, `--segment-s 10 --max-buffer-s "
+        "16`, since 2026-11-26 13:30 UTC; before, the option defaults' `--segment-s 5 --max-buffer-s 8`, now the "
+        "config `buffer-8`; translation: `--chunk-ms 1000 --segment-s 10 --max-buffer-s 30`); `low` / `accurate`: "
         "the task's other presets; every other config changes the options it names over `balanced`: "
         "`vad`: `--vad`; `vad-2s`: `--vad --chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate "
         "long-form configuration: fewer, later commits and fewer trims in mid-sentence; `segment-10`: "
-        "`--segment-s 10 --max-buffer-s 16`; `segment-5`: `--segment-s 5` (the buffer trimmed behind each committed "
-        "sentence end once it holds 5 s; the transcribe default already); `buffer-15` / `buffer-20`: `--max-buffer-s "
+        "`--segment-s 10 --max-buffer-s 16` (the transcribe default now); `buffer-8`: `--segment-s 5 --max-buffer-s "
+        "8`; `segment-5`: `--segment-s 5` (the buffer trimmed behind each committed sentence end once it holds 5 s); "
+        "`buffer-15` / `buffer-20`: `--max-buffer-s "
         "15` / `20`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "

@@ -1,4 +1,5 @@
-"""bench/longform.py's interval pooled over talks, and its per-sentence outputs, on hand-worked toy runs."""
+"""bench/longform.py's intervals pooled over talks and over chunk grids, and its per-sentence outputs, on
+hand-worked toy runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from longform import config_options, pooled_intervals, write_hypotheses
+from longform import PhaseRun, config_options, phase_intervals, pooled_intervals, write_hypotheses
 from simulst.config import StreamOptions
 
 
@@ -46,7 +47,10 @@ def test_translation_talks_are_pooled_apart_from_the_english_ones() -> None:
 def test_default_is_the_tasks_balanced_preset_and_a_config_changes_only_what_it_names() -> None:
     _, en = config_options("en", "default")
     _, de = config_options("de", "default")
-    assert (en.chunk_ms, en.max_buffer_s) == (StreamOptions().chunk_ms, StreamOptions().max_buffer_s)
+    assert (en.chunk_ms, en.segment_s, en.max_buffer_s) == (StreamOptions().chunk_ms, 10.0, 16.0)
+    _, cuts = config_options("en", "buffer-8")  # (the bare option defaults' cuts: the default before)
+    bare = StreamOptions()
+    assert cuts == dataclasses.replace(en, segment_s=bare.segment_s, max_buffer_s=bare.max_buffer_s)
     assert (de.chunk_ms, de.segment_s, de.max_buffer_s) == (1000.0, 10.0, 30.0)
     model, vad = config_options("de", "vad")
     assert (model.task, model.language) == ("translate", "de")
@@ -61,3 +65,23 @@ def test_every_sentence_output_is_written_on_one_line(tmp_path: Path) -> None:
     assert path.read_text(encoding="utf-8").splitlines() == [
         "talk\tconfig\tclock\tsentence\treference\thypothesis",
         "en-talk\tsegment-10\tsimulated\t0\ta b\ta b", "en-talk\tsegment-10\tsimulated\t1\tc d\tc d"]
+
+
+def test_the_interval_over_grids_sums_each_sentences_errors_over_its_grids() -> None:
+    # en default, grid 0: 1 substitution (x); grid 1: 1 deletion (e): 2 errors in 2 x 5 words = 20 %; ls default:
+    # 1 error (g) in 2 x 3 words; segment-10 reads en right on both grids and ls with 1 insertion (i) on grid 1:
+    # pooled, the default 3 errors in 16 words (18.75 %), segment-10 1 (6.25 %); vad ran on en only: 2 errors in
+    # 10 words (c deleted, x inserted), as many as the default, one in each sentence as the default's
+    en_refs, ls_refs = ["a b c", "d e"], ["f g", "h"]
+    runs = [PhaseRun("en-talk", "default", "WER_whisper", [["a b x", "d e"], ["a b c", "d"]], en_refs),
+            PhaseRun("ls-readings", "default", "WER_whisper", [["f g", "h"], ["f", "h"]], ls_refs),
+            PhaseRun("en-talk", "segment-10", "WER_whisper", [["a b c", "d e"], ["a b c", "d e"]], en_refs),
+            PhaseRun("ls-readings", "segment-10", "WER_whisper", [["f g", "h"], ["f g", "h i"]], ls_refs),
+            PhaseRun("en-talk", "vad", "WER_whisper", [["a b c", "d e"], ["a b", "d e x"]], en_refs)]
+    segment, vad = phase_intervals(runs)
+    assert (segment["config"], segment["talks"], segment["phases"], segment["sentences"]) == \
+        ("segment-10", "en-talk + ls-readings", 2, 4)
+    assert (segment["quality"], segment["default_quality"]) == (6.25, 18.75)
+    assert segment["vs_default"].startswith("-12.50 [")
+    assert (vad["talks"], vad["sentences"], vad["quality"], vad["default_quality"]) == ("en-talk", 2, 20.0, 20.0)
+    assert vad["vs_default"] == "+0.00 [+0.00, +0.00]"

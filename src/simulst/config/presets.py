@@ -84,16 +84,22 @@ _FLAGS = {f.name: f.metadata[FLAG].name for cls in (ModelOptions, StreamOptions)
           if FLAG in f.metadata}
 
 # A translation keeps the audio of its whole sentence (up to 30 s): trimming the buffer inside a sentence, as a
-# transcription does at 8 s, cuts away the source of the words still to be translated (long talks are still
+# transcription does at 16 s, cuts away the source of the words still to be translated (long talks are still
 # trimmed at sentence ends, past 10 s).
 _SENTENCE_AUDIO = {"max_buffer_s": 30.0, "segment_s": 10.0}
+# A transcription's buffer is cut at a sentence end past 10 s, or behind the last committed word at 16 s: the option
+# defaults (5 s and 8 s) cut long sentences in the middle, where the words after the cut lose their sentence's start
+# (bench/results/longform_phases_cuts/longform_phases.md: three chunk grids of both long-form dev sets).
+_FEWER_CUTS = {"segment_s": 10.0, "max_buffer_s": 16.0}
+_OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low and accurate were measured)
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: smaller chunks, the low-confidence guard only at -1.5",
-           {"chunk_ms": 400.0, "early_logprob_threshold": None}),
-    Preset("transcribe", "balanced", "the option defaults: 600 ms chunks, LocalAgreement-2", {}),
+           {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS}),
+    Preset("transcribe", "balanced", "600 ms chunks, LocalAgreement-2, cut at sentence ends past 10 s",
+           _FEWER_CUTS),
     Preset("transcribe", "accurate", "1 s chunks and a 15 s buffer: fewer, better-informed commits",
-           {"chunk_ms": 1000.0, "max_buffer_s": 15.0}),
+           {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio: the first words soonest",
            {"chunk_ms": 600.0, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio: fewer, better-informed commits",
