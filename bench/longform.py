@@ -447,10 +447,18 @@ def pooled_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]],
 def write_hypotheses(path: Path, rows: list[dict[str, Any]], hypotheses: list[list[str]],
                      references: list[list[str]]) -> None:
     """Every run's resegmented hypothesis per reference sentence, so that its scores can be recomputed."""
-    lines = ["talk\tconfig\tclock\tsentence\treference\thypothesis"]
-    for row, hyps, refs in zip(rows, hypotheses, references, strict=True):
-        lines += ["\t".join([row["talk"], row["config"], row["clock"], str(i), " ".join(ref.split()),
-                              " ".join(hyp.split())]) for i, (ref, hyp) in enumerate(zip(refs, hyps, strict=True))]
+    write_sentences(path, ["talk", "config", "clock"],
+                    [([row["talk"], row["config"], row["clock"]], refs, hyps)
+                     for row, hyps, refs in zip(rows, hypotheses, references, strict=True)])
+
+
+def write_sentences(path: Path, keys: list[str], outputs: list[tuple[list[str], list[str], list[str]]]) -> None:
+    """A TSV of sentence outputs: per output (its ``keys`` cells, reference sentences, hypotheses) one line per
+    sentence - the key cells, the sentence's index, its reference and its hypothesis, each on one line."""
+    lines = ["\t".join([*keys, "sentence", "reference", "hypothesis"])]
+    for cells, refs, hyps in outputs:
+        lines += ["\t".join([*cells, str(i), " ".join(ref.split()), " ".join(hyp.split())])
+                  for i, (ref, hyp) in enumerate(zip(refs, hyps, strict=True))]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -548,11 +556,12 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
         grids = [utterance_statistics(run.metric, hyps, run.references) for hyps in run.hypotheses]
         return np.sum([stats for stats, _ in grids], axis=0), grids[0][1]
 
+    stats = {(run.talk, run.config): summed(run) for run in runs}  # (each run's scored once)
     rows = []
     for (metric, config), group in groups.items():
-        base_stats = np.concatenate([summed(defaults[run.talk])[0] for run in group])
-        run_stats, score = zip(*(summed(run) for run in group), strict=True)
-        interval = bootstrap_from_stats(metric, base_stats, np.concatenate(run_stats), score[0])
+        base_stats = np.concatenate([stats[(run.talk, "default")][0] for run in group])
+        run_stats = np.concatenate([stats[(run.talk, run.config)][0] for run in group])
+        interval = bootstrap_from_stats(metric, base_stats, run_stats, stats[(group[0].talk, config)][1])
         rows.append({"metric": metric, "config": config, "talks": " + ".join(run.talk for run in group),
                      "phases": len(group[0].hypotheses), "sentences": interval.n, "quality": interval.b,
                      "default_quality": interval.a, "vs_default": interval.describe()})
@@ -566,12 +575,9 @@ PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "qua
 def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, load_before: float,
                  results: Path) -> None:
     write_csv(results / "longform_phases.csv", rows, PHASE_COLUMNS)
-    lines = ["talk\tconfig\tphase\tsentence\treference\thypothesis"]
-    for run in runs:
-        lines += ["\t".join([run.talk, run.config, str(k), str(i), " ".join(ref.split()), " ".join(hyp.split())])
-                  for k, hyps in enumerate(run.hypotheses)
-                  for i, (ref, hyp) in enumerate(zip(run.references, hyps, strict=True))]
-    (results / "longform_phases_hypotheses.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_sentences(results / "longform_phases_hypotheses.tsv", ["talk", "config", "phase"],
+                    [([run.talk, run.config, str(k)], run.references, hyps)
+                     for run in runs for k, hyps in enumerate(run.hypotheses)])
     pooled_rows = phase_intervals(runs)
     lines = [
         "# Long-form streaming over chunk phases",
