@@ -9,9 +9,11 @@ names the replica (``"replica"``).
 **Routing and scaling.** A websocket is an ongoing request of its replica for as long as it is open. A replica
 takes at most ``max_streams + HEADROOM`` ongoing requests: its streams, and a few short requests (``/health``,
 ``/metrics``, the page) so that a full replica still answers them. Serve sends a new request to the less loaded
-of two replicas it samples, so a full replica is sent a stream only when the other one sampled is full too (it then
-refuses it as one process does: "the server is full", close 1013). With ``--autoscale`` Serve keeps the mean open
-streams per replica near ``TARGET_LOAD × max_streams`` (:func:`deployment_options`).
+of two replicas it samples, asking both for their load (``ROUTER_ENV``: set for a local Ray instance; a cluster
+started with ``ray start`` takes them from its environment), so a full replica is sent a stream only when the other
+one sampled is full too (it then refuses it as one process does: "the server is full", close 1013).
+With ``--autoscale`` Serve keeps the mean open streams per replica near ``TARGET_LOAD × max_streams``
+(:func:`deployment_options`).
 
 **Health and metrics.** A request reaches one replica, so every replica reports its state (open streams, capacity,
 jobs, its Prometheus exposition) every ``REPORT_S`` seconds to a small named actor, the :class:`Registry`; a
@@ -68,6 +70,10 @@ STALE_S = 5.0  # a replica whose last report is older than this is gone
 HEADROOM = 2  # ongoing requests a replica takes beyond its streams: /health, /metrics, the page
 TARGET_LOAD = 0.75  # autoscaling: the open streams per replica Serve aims at, as a share of its capacity
 CALL_TIMEOUT_S = 5.0  # the longest a replica waits for the registry
+# Serve's router (in each proxy) reads these when a local Ray instance starts: it asks both sampled replicas their
+# load for every new request (no cached load, which would prefer a busy replica it heard from over an idle one it has
+# not), and waits up to 0.5 s for a busy replica's answer.
+ROUTER_ENV = {"RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S": "0", "RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S": "0.5"}
 
 
 class ClusterError(SimulstError):
@@ -374,6 +380,9 @@ class ClusterServer:
             if not ray.is_initialized():  # (a caller that connected already: its cluster is used)
                 if address is not None:
                     _check_reachable(address)
+                else:
+                    for key, value in ROUTER_ENV.items():  # (a value the user set is kept)
+                        os.environ.setdefault(key, value)
                 ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
                          log_to_driver=False)
                 self.started_ray = address is None
