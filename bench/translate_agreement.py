@@ -13,6 +13,11 @@ Agreement is a proxy (offline decoding is not always right); it is used here onl
 choice made on de + fr, never to choose.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/translate_agreement.py [--configs offline,before,balanced,...]
+        [--variant NAME="FLAGS" ...]
+
+A variant (``bench/quality_latency.py``'s ``--variant``: command-line flags over ``--latency balanced``) is run on
+es + pt and compared with ``balanced`` on both sets; its de + fr log is the one ``quality_latency.py --variant``
+kept (``translate_explore/NAME/``).
 
 Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
 ``bench/results/quality_latency/translate_es_pt/<config>/instances.log``.
@@ -33,9 +38,10 @@ from simulst.evaluation.quality import bleu, chrf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATA, load_average, machine_note, markdown_table, write_report
-from quality_latency import RESULTS, configs, run
+from quality_latency import RESULTS, configs, explored, run, variant
 
 LANGS = ("es", "pt")
+PRESET_CONFIGS = ("offline", "before", "low", "balanced", "accurate")
 PAIRS = (("before", "balanced"), ("before", "accurate"), ("before", "low"), ("low", "balanced"))
 
 
@@ -49,7 +55,8 @@ def items(langs: Sequence[str]) -> list[tuple[str, TestItem]]:
     return out
 
 
-def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str) -> list[dict[str, object]]:
+def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str,
+                   pairs: Sequence[tuple[str, str]] = PAIRS) -> list[dict[str, object]]:
     """Per configuration: BLEU / chrF against the offline outputs; per pair: the paired bootstrap interval."""
     offline = [r.prediction for r in logs["offline"]]
     rows: list[dict[str, object]] = []
@@ -59,7 +66,7 @@ def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str) -> list[dic
         hyps = [r.prediction for r in records]
         rows.append({"data": data, "config": name, "n": len(hyps),
                      "BLEU_vs_offline": bleu(hyps, offline), "chrF_vs_offline": chrf(hyps, offline)})
-    for a, b in PAIRS:
+    for a, b in pairs:
         if a in logs and b in logs:
             row: dict[str, object] = {"data": data, "config": f"{b} − {a}", "n": len(offline)}
             for metric in ("BLEU", "chrF"):
@@ -71,20 +78,29 @@ def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str) -> list[dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--configs", default="offline,before,low,balanced,accurate")
+    parser.add_argument("--configs", default=",".join(PRESET_CONFIGS),
+                        help="the configurations to run on es + pt (the others' kept logs are scored); '': none")
+    parser.add_argument("--variant", action="append", default=[], metavar='NAME="FLAGS"',
+                        help="also run a variant of balanced (as quality_latency.py's --variant; repeatable)")
     parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
     args = parser.parse_args()
     load_before = load_average()
     table = configs("translate")
-    names = [n.strip() for n in args.configs.split(",") if n.strip()]
-    if "offline" not in names:
-        names.insert(0, "offline")
+    to_run = [n.strip() for n in args.configs.split(",") if n.strip()]
+    pairs = list(PAIRS)
+    for spec in args.variant:
+        name, _, flags = spec.partition("=")
+        table[name] = variant("translate", name, flags)
+        to_run.append(name)
+        pairs.append(("balanced", name))
+    names = list(dict.fromkeys([*PRESET_CONFIGS, *to_run]))
     root = RESULTS / "quality_latency"
     logs: dict[str, list[InstanceRecord]] = {}
     for name in names:
         path = root / "translate_es_pt" / name / "instances.log"
-        if args.rescore:
-            logs[name] = read_log(path)
+        if args.rescore or name not in to_run:
+            if path.is_file():
+                logs[name] = read_log(path)
             continue
         started = time.perf_counter()
         logs[name] = run("translate", table[name], items(LANGS), realtime=False)
@@ -93,23 +109,25 @@ def main() -> None:
         print(f"es+pt {name}: {time.perf_counter() - started:.0f} s", flush=True)
     dev = {name: read_log(root / "translate" / name / "instances.log") for name in names
            if (root / "translate" / name / "instances.log").is_file()}
+    dev.update({name: log for name, (_, log) in explored(root, "translate").items() if name in names})
     references = [r.reference or "" for r in dev["offline"]]
-    rows = agreement_rows(logs, "es+pt (not tuned on)") + agreement_rows(dev, "de+fr (tuned on)")
+    rows = agreement_rows(logs, "es+pt (not tuned on)", pairs) + agreement_rows(dev, "de+fr (tuned on)", pairs)
     for row in rows:  # on de + fr the real references too, to compare the proxy's ranking with theirs
         config = str(row["config"])
         if str(row["data"]).startswith("de+fr") and config in dev:
             row["BLEU_vs_reference"] = bleu([r.prediction for r in dev[config]], references)
     page = RESULTS / "translate_agreement.md"
-    old_runs = [line for line in (page.read_text(encoding="utf-8") if page.is_file() else "").splitlines()
-                if line.startswith("* Run")]
-    run_note = old_runs[0] if args.rescore and old_runs else f"* Run: {', '.join(names)}: {machine_note(load_before)}."
+    run_notes = [line for line in (page.read_text(encoding="utf-8") if page.is_file() else "").splitlines()
+                 if line.startswith("* Run")]
+    if not args.rescore and to_run:
+        run_notes.append(f"* Run {len(run_notes) + 1}: {', '.join(to_run)}: {machine_note(load_before)}.")
     header = (
         "# Translate presets against offline decoding, on speech they were not chosen on\n\n"
         "Written by `bench/translate_agreement.py` (its docstring says why and how). BLEU / chrF_vs_offline: "
         "sacreBLEU of each configuration's outputs with Whisper base's offline outputs of the same utterances as "
         "the references; rows `B − A`: the paired bootstrap 95 % interval of that difference over utterances "
         "(1000 resamples). BLEU_vs_reference: against the real English references (de + fr only).\n\n"
-        f"{run_note}\n\n"
+        + "\n".join(run_notes) + "\n\n"
     )
     columns = ["data", "config", "n", "BLEU_vs_offline", "chrF_vs_offline", "BLEU_vs_reference"]
     write_report(page, header + markdown_table(rows, columns))
