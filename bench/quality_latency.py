@@ -93,7 +93,8 @@ def configs(task: str) -> dict[str, Config]:
     base = ModelOptions("whisper-base" if task == "translate" else None, task=task)
     out = {"before": Config("before", base, StreamOptions(), "the option defaults (before the presets)")}
     model, stream = preset_options(task, "balanced", base)
-    out["offline"] = Config("offline", model, dataclasses.replace(stream, policy=PolicyOptions("offline")),
+    out["offline"] = Config("offline", model,
+                            dataclasses.replace(stream, policy=PolicyOptions("offline"), vad=False),
                             "offline decoding of the whole utterance (the balanced preset's model options)")
     for latency in LATENCIES:
         model, stream = preset_options(task, latency, base)

@@ -1,5 +1,6 @@
 """bench/quality_latency.py's variants: command-line flags resolve as the CLI resolves them, over the task's
-``balanced`` preset, and the variants' table keeps each task's section."""
+``balanced`` preset, and the variants' table keeps each task's section; bench/pooled_grids.py pools chunk grids
+per utterance."""
 
 from __future__ import annotations
 
@@ -60,3 +61,26 @@ def test_logged_variants_are_found_with_their_flags(tmp_path: Path) -> None:
     assert list(found) == ["chunk-800"]
     flags, records = found["chunk-800"]
     assert flags == "--chunk-ms 800" and records[0].prediction == "a b"
+
+
+def _log(predictions: list[str], references: list[str]) -> list[InstanceRecord]:
+    pairs = enumerate(zip(predictions, references, strict=True))
+    return [InstanceRecord(index=i, prediction=p, delays=[1000.0] * len(p.split()), elapsed=[], reference=r,
+                           source_length=2000.0) for i, (p, r) in pairs]
+
+
+def test_grids_are_pooled_per_utterance() -> None:
+    from pooled_grids import pooled_interval
+
+    references = ["a b c d", "e f"]
+    # A: grid 1 one error in utterance 0, grid 2 none; B: one error in utterance 1 on both grids.
+    a = [_log(["a b c x", "e f"], references), _log(["a b c d", "e f"], references)]
+    b = [_log(["a b c d", "e x"], references), _log(["a b c d", "e x"], references)]
+    interval = pooled_interval("WER_whisper", a, b)
+    # over both grids: A 1 error in 12 reference words, B 2 in 12
+    assert interval.n == 2
+    assert interval.a == pytest.approx(100 / 12) and interval.b == pytest.approx(200 / 12)
+    # a resample draws utterances with both their grids: all-0 gives A 1/8, B 0; all-1 gives A 0, B 2/4
+    assert interval.low == pytest.approx(-100 / 8) and interval.high == pytest.approx(50.0)
+    with pytest.raises(SystemExit):
+        pooled_interval("WER_whisper", a, b[:1])

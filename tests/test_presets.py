@@ -72,6 +72,10 @@ def test_switches_given_off_win_over_a_preset_that_turns_them_on() -> None:
     model, stream = preset_options("transcribe", "balanced", stream=StreamOptions(vad=True))
     assert stream.vad is (PRESETS[("transcribe", "balanced")].settings.get("vad", True))
     assert model.task == "transcribe"
+    parser = build_parser()  # transcription listens with the VAD by default; --no-vad turns it off
+    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav"])).vad is True
+    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--no-vad"])).vad is False
+    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--latency", "low"])).vad is False
 
 
 def test_the_transcribe_and_translate_presets_differ() -> None:

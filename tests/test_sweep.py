@@ -133,7 +133,7 @@ def test_sweep_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     commands.register(parser.add_subparsers(dest="command", required=True))
     out = tmp_path / "sw"
     args = parser.parse_args(["sweep", str(manifest), "--output", str(out), "--policies", "la-2", "offline",
-                              "--chunks", "1000", "2000", "--no-progress-bar"])
+                              "--chunks", "1000", "2000", "--no-progress-bar", "--no-vad"])  # (toy: 1000 Hz)
     assert args.func(args) == 0
     printed = capsys.readouterr()
     assert printed.out.startswith("| policy | chunk_ms |") and "[sweep] la-2 1000ms" in printed.err

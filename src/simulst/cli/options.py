@@ -128,7 +128,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     groups[ONLINE].add_argument(
         "--latency", choices=LATENCIES, default=DEFAULT_LATENCY,
         help="the operating point, chosen per task on its dev data: low (the least delay), balanced, accurate "
-             "(the best live quality); it sets the chunk, policy, window and buffer options that are not given "
+             "(the best live quality); it sets the chunk, policy, window, buffer and VAD options that are not given "
              "(docs/presets.md) (default: %(default)s)")
     for option in [*cli_options(ModelOptions), *cli_options(StreamOptions)]:
         groups.add(option)

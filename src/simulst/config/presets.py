@@ -92,14 +92,20 @@ _SENTENCE_AUDIO = {"max_buffer_s": 30.0, "segment_s": 10.0}
 # (bench/results/longform_phases_cuts/longform_phases.md: three chunk grids of both long-form dev sets).
 _FEWER_CUTS = {"segment_s": 10.0, "max_buffer_s": 16.0}
 _OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low and accurate were measured)
+# A transcription's balanced point listens with Silero VAD: pauses are not decoded and a segment is committed at a
+# pause, for the same WER on short utterances and long streams over three chunk grids each, words sooner on a talk
+# with pauses, and less compute there (bench/results/quality_latency_grids.md, longform_default/longform.md). low
+# and accurate were measured without it and say so, so that their flags typed without --latency give them.
+_LISTENS = {"vad": True}
+_NO_VAD = {"vad": False}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: smaller chunks, the low-confidence guard only at -1.5",
-           {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS}),
-    Preset("transcribe", "balanced", "600 ms chunks, LocalAgreement-2, cut at sentence ends past 10 s",
-           _FEWER_CUTS),
+           {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}),
+    Preset("transcribe", "balanced", "600 ms chunks, LocalAgreement-2, pauses skipped (VAD), cut at sentence ends "
+           "past 10 s", {**_FEWER_CUTS, **_LISTENS}),
     Preset("transcribe", "accurate", "1 s chunks and a 15 s buffer: fewer, better-informed commits",
-           {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0}),
+           {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0, **_NO_VAD}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio: the first words soonest",
            {"chunk_ms": 600.0, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio: fewer, better-informed commits",

@@ -17,9 +17,13 @@ from typing import Protocol
 
 import numpy as np
 
+from simulst.audio.vad import WINDOW as VAD_WINDOWS
 from simulst.audio.vad import VoiceActivity, VoiceEvent
 from simulst.config import StreamOptions
+from simulst.errors import OptionError
 from simulst.types import Costs
+
+VAD_RATES = frozenset(VAD_WINDOWS)  # the sample rates Silero VAD reads
 
 VoiceListener = Callable[[str, int], None]
 """Told ``(kind, sample)``: ``start`` / ``end`` for each speech start and end the detector reports (those that do
@@ -64,7 +68,15 @@ class VadSegmenter:
 
     @classmethod
     def for_stream(cls, options: StreamOptions, rate: int) -> VadSegmenter:
-        """The segmenter of a stream with these options: its own Silero VAD."""
+        """The segmenter of a stream with these options: its own Silero VAD.
+
+        Raises:
+            OptionError: a model sample rate Silero cannot read (the message says how to turn the VAD off, which
+                the transcribe ``balanced`` preset turns on), or a bad threshold or pause.
+        """
+        if rate not in VAD_RATES:
+            raise OptionError(f"Silero VAD reads 16000 or 8000 Hz audio and this model's is {rate} Hz: turn the "
+                              "VAD off (--no-vad; StreamOptions(vad=False))")
         detector = VoiceActivity(rate, options.vad_threshold, options.vad_pause_ms)
         return cls(detector, rate, options.context_reset_s * rate)
 

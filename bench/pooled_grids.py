@@ -1,0 +1,99 @@
+"""Two configurations of ``bench/quality_latency.py`` compared over several chunk grids of the short-form dev set.
+
+One grid's WER is one draw of where the chunk boundaries fall (``--initial-wait-ms`` shifts the grid), and two
+configurations on one grid often differ by less than the grids do. This script reads the kept logs of each
+configuration on every grid and compares them over all the grids at once: a paired bootstrap (95 %, 1000
+resamples) that draws utterances, each with its outputs on every grid (an utterance's statistics are summed over
+the grids: its grids are not independent draws, the utterances are).
+
+    .venv/bin/python bench/pooled_grids.py --task transcribe \\
+        --compare "segment-10,segment-10-grid-1,segment-10-grid-2:vad,vad-grid-1,vad-grid-2" [--compare ...]
+
+``A1,A2,...:B1,B2,...``: the logs of A and of B on the same grids, in the same order; a name is a row of the main
+table (``quality_latency/<task>/NAME/``) or a variant (``quality_latency/<task>_explore/NAME/``). Writes
+``bench/results/quality_latency_grids.md``: per comparison, each side's mean quality and AL over the grids, and
+the pooled interval of B − A. It runs nothing: the logs come from ``quality_latency.py`` (``--variant``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import markdown_table, seconds, write_report
+from quality_latency import QUALITY, RESULTS, TASKS
+from simulst.evaluation.bootstrap import PairedInterval, bootstrap_from_stats, utterance_statistics
+from simulst.evaluation.instances import InstanceRecord, read_log
+from simulst.evaluation.scoring import ScoreOptions, score_records
+
+
+def log_of(task: str, name: str) -> list[InstanceRecord]:
+    """The kept log of ``name``: a main-table config, else a variant.
+
+    Raises:
+        SystemExit: no log of that name.
+    """
+    for folder in (RESULTS / "quality_latency" / task / name, RESULTS / "quality_latency" / f"{task}_explore" / name):
+        if (folder / "instances.log").is_file():
+            return read_log(folder / "instances.log")
+    raise SystemExit(f"no log of {name!r} for {task} under {RESULTS / 'quality_latency'}")
+
+
+def mean_al(task: str, records: Sequence[InstanceRecord]) -> float:
+    """AL in seconds (word unit, source clock, the mean over utterances), as the main table's AL column."""
+    scores = score_records(records, ScoreOptions(quality_metrics=QUALITY[task][:1])).scores
+    return float(seconds(scores["AL"]))
+
+
+def pooled_interval(metric: str, grids_a: Sequence[Sequence[InstanceRecord]],
+                    grids_b: Sequence[Sequence[InstanceRecord]]) -> PairedInterval:
+    """B − A over all the grids: per utterance the statistics of its outputs on every grid, summed."""
+    if len(grids_a) != len(grids_b) or not grids_a:
+        raise SystemExit(f"{len(grids_a)} grids of A and {len(grids_b)} of B: name the same grids for both")
+    references = [r.reference or "" for r in grids_a[0]]
+    sums = []
+    for grids in (grids_a, grids_b):
+        stats = [utterance_statistics(metric, [r.prediction for r in log], references) for log in grids]
+        sums.append((np.sum([s for s, _ in stats], axis=0), stats[0][1]))
+    return bootstrap_from_stats(metric, sums[0][0], sums[1][0], sums[0][1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=TASKS, required=True)
+    parser.add_argument("--compare", action="append", required=True, metavar="A1,A2,...:B1,B2,...")
+    args = parser.parse_args()
+    metric = QUALITY[args.task][0]
+    rows = []
+    for spec in args.compare:
+        side_a, sep, side_b = spec.partition(":")
+        if not sep:
+            raise SystemExit(f"bad --compare {spec!r}: A1,A2,...:B1,B2,...")
+        names_a, names_b = side_a.split(","), side_b.split(",")
+        grids_a = [log_of(args.task, n) for n in names_a]
+        grids_b = [log_of(args.task, n) for n in names_b]
+        interval = pooled_interval(metric, grids_a, grids_b)
+        rows.append({"task": args.task, "A": side_a, "B": side_b, "grids": len(grids_a), "n": interval.n,
+                     f"{metric}_A": interval.a, f"{metric}_B": interval.b,
+                     "AL_A": float(np.mean([mean_al(args.task, g) for g in grids_a])),
+                     "AL_B": float(np.mean([mean_al(args.task, g) for g in grids_b])), "B − A": interval.describe()})
+    columns = ["task", "A", "B", "grids", "n", f"{metric}_A", f"{metric}_B", "AL_A", "AL_B", "B − A"]
+    header = (
+        "# Configurations compared over chunk grids (short-form dev set)\n\n"
+        "Written by `bench/pooled_grids.py` (its docstring says how) from the logs of `bench/quality_latency.py`. "
+        f"`{metric}_A` / `_B`: the corpus score of all the grids' outputs together; AL: the mean over the grids "
+        "(seconds, source clock); `B − A`: the paired bootstrap 95 % interval over utterances, each drawn with its "
+        "outputs on every grid.\n\n"
+    )
+    page = RESULTS / "quality_latency_grids.md"
+    write_report(page, header + markdown_table(rows, columns))
+    print(page.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
