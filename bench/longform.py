@@ -96,7 +96,7 @@ TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
 # what `simulst transcribe|translate TALK` runs with no flags (the task's `balanced` preset)
 CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "default": ("balanced", {}, {}), "low": ("low", {}, {}), "accurate": ("accurate", {}, {}),
-    "vad": ("balanced", {"vad": True}, {}),  # (transcription: the default since 2026-11-26 16:45 UTC)
+    "vad": ("balanced", {"vad": True}, {}),  # (transcription: the default since 2026-11-26 16:42 UTC)
     "no-vad": ("balanced", {"vad": False}, {}),  # (transcription: the default before)
     "vad-2s": ("balanced", {"vad": True, "chunk_ms": 2000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: the default)
