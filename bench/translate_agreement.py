@@ -89,7 +89,9 @@ def main() -> None:
     to_run = [n.strip() for n in args.configs.split(",") if n.strip()]
     pairs = list(PAIRS)
     for spec in args.variant:
-        name, _, flags = spec.partition("=")
+        name, sep, flags = spec.partition("=")
+        if not sep or not name or "/" in name:
+            raise SystemExit(f'bad --variant {spec!r}: NAME="FLAGS"')
         table[name] = variant("translate", name, flags)
         to_run.append(name)
         pairs.append(("balanced", name))
