@@ -17,6 +17,7 @@ import numpy as np
 
 from simulst.audio.io import load_audio
 from simulst.config import StreamOptions
+from simulst.evaluation.bootstrap import ScoreFromStats, utterance_statistics
 from simulst.evaluation.latency import average_lagging, length_adaptive_average_lagging
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import SpeechModel
@@ -212,3 +213,13 @@ def markdown_table(rows: Sequence[dict[str, object]], columns: Sequence[str]) ->
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def grid_statistics(metric: str, grids: Sequence[Sequence[str]],
+                    references: Sequence[str]) -> tuple[np.ndarray, ScoreFromStats]:
+    """Per-sentence statistics of ``metric`` summed over chunk grids (``grids``: each grid's hypotheses of the
+    ``references``, in order), and the score of their column sums. A paired bootstrap on them
+    (:func:`~simulst.evaluation.bootstrap.bootstrap_from_stats`) draws a sentence with its outputs on every grid:
+    the grids of one sentence are not independent draws, the sentences are."""
+    scored = [utterance_statistics(metric, hypotheses, references) for hypotheses in grids]
+    return np.sum([stats for stats, _ in scored], axis=0), scored[0][1]

@@ -59,16 +59,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average, machine_note, markdown_table, seconds, speed_anchor_ms, write_csv, write_report
+from common import (
+    grid_statistics,
+    load_average,
+    machine_note,
+    markdown_table,
+    seconds,
+    speed_anchor_ms,
+    write_csv,
+    write_report,
+)
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.config.presets import preset_options
-from simulst.evaluation.bootstrap import (
-    ScoreFromStats,
-    bootstrap_from_stats,
-    paired_bootstrap,
-    utterance_statistics,
-)
+from simulst.evaluation.bootstrap import bootstrap_from_stats, paired_bootstrap
 from simulst.evaluation.instances import InstanceRecord
 from simulst.evaluation.longform import (
     LongformOptions,
@@ -99,7 +103,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad": ("balanced", {"vad": True}, {}),  # (transcription: the default since 2026-11-26 16:42 UTC)
     "no-vad": ("balanced", {"vad": False}, {}),  # (transcription: the default before)
     "vad-2s": ("balanced", {"vad": True, "chunk_ms": 2000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
-    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: the default)
+    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: its cuts)
     "buffer-8": ("balanced", {"segment_s": 5.0, "max_buffer_s": 8.0}, {}),  # the option defaults' cuts
     "segment-5": ("balanced", {"segment_s": 5.0}, {}),  # translation: trimmed at each sentence end past 5 s
     "buffer-15": ("balanced", {"max_buffer_s": 15.0}, {}),  # translation: a shorter bound on the sentence's audio
@@ -553,11 +557,8 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
         if run.config != "default" and base is not None and len(base.hypotheses) == len(run.hypotheses):
             groups.setdefault((run.metric, run.config), []).append(run)
 
-    def summed(run: PhaseRun) -> tuple[np.ndarray, ScoreFromStats]:
-        grids = [utterance_statistics(run.metric, hyps, run.references) for hyps in run.hypotheses]
-        return np.sum([stats for stats, _ in grids], axis=0), grids[0][1]
-
-    stats = {(run.talk, run.config): summed(run) for run in runs}  # (each run's scored once)
+    stats = {(run.talk, run.config): grid_statistics(run.metric, run.hypotheses, run.references)
+             for run in runs}  # (each run's scored once)
     rows = []
     for (metric, config), group in groups.items():
         base_stats = np.concatenate([stats[(run.talk, "default")][0] for run in group])
@@ -681,12 +682,13 @@ def main() -> None:
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
         "`default` is what `simulst transcribe TALK` / `simulst translate TALK` runs with no flags, the task's "
         "`balanced` preset (transcription: LA-2, 600 ms chunks, the audio window, `--segment-s 10 --max-buffer-s "
-        "16`, since 2026-11-26 13:30 UTC; before, the option defaults' `--segment-s 5 --max-buffer-s 8`, now the "
-        "config `buffer-8`; translation: `--chunk-ms 1000 --segment-s 10 --max-buffer-s 30`); `low` / `accurate`: "
-        "the task's other presets; every other config changes the options it names over `balanced`: "
-        "`vad`: `--vad`; `vad-2s`: `--vad --chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate "
-        "long-form configuration: fewer, later commits and fewer trims in mid-sentence; `segment-10`: "
-        "`--segment-s 10 --max-buffer-s 16` (the transcribe default now); `buffer-8`: `--segment-s 5 --max-buffer-s "
+        "16` since 2026-11-26 13:30 UTC and `--vad` since 16:42 UTC (before, the option defaults' `--segment-s 5 "
+        "--max-buffer-s 8`, now the config `buffer-8`, and no VAD, now `no-vad`); translation: `--chunk-ms 1000 "
+        "--segment-s 10 --max-buffer-s 30`); `low` / `accurate`: the task's other presets; every other config "
+        "changes the options it names over `balanced`: `vad`: `--vad`; `no-vad`: `--no-vad`; `vad-2s`: `--vad "
+        "--chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate long-form configuration: fewer, later "
+        "commits and fewer trims in mid-sentence; `segment-10`: "
+        "`--segment-s 10 --max-buffer-s 16` (the transcribe default's cuts); `buffer-8`: `--segment-s 5 --max-buffer-s "
         "8`; `segment-5`: `--segment-s 5` (the buffer trimmed behind each committed sentence end once it holds 5 s); "
         "`buffer-15` / `buffer-20`: `--max-buffer-s "
         "15` / `20`; `window-full`: `--window full`; "

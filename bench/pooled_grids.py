@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, seconds, write_report
+from common import grid_statistics, markdown_table, seconds, write_report
 from quality_latency import QUALITY, RESULTS, TASKS
-from simulst.evaluation.bootstrap import PairedInterval, bootstrap_from_stats, utterance_statistics
+from simulst.evaluation.bootstrap import PairedInterval, bootstrap_from_stats
 from simulst.evaluation.instances import InstanceRecord, read_log
 from simulst.evaluation.scoring import ScoreOptions, score_records
 
@@ -56,11 +56,9 @@ def pooled_interval(metric: str, grids_a: Sequence[Sequence[InstanceRecord]],
     if len(grids_a) != len(grids_b) or not grids_a:
         raise SystemExit(f"{len(grids_a)} grids of A and {len(grids_b)} of B: name the same grids for both")
     references = [r.reference or "" for r in grids_a[0]]
-    sums = []
-    for grids in (grids_a, grids_b):
-        stats = [utterance_statistics(metric, [r.prediction for r in log], references) for log in grids]
-        sums.append((np.sum([s for s, _ in stats], axis=0), stats[0][1]))
-    return bootstrap_from_stats(metric, sums[0][0], sums[1][0], sums[0][1])
+    stats_a, score = grid_statistics(metric, [[r.prediction for r in log] for log in grids_a], references)
+    stats_b, _ = grid_statistics(metric, [[r.prediction for r in log] for log in grids_b], references)
+    return bootstrap_from_stats(metric, stats_a, stats_b, score)
 
 
 def main() -> None:

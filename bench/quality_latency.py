@@ -119,6 +119,18 @@ def variant(task: str, name: str, flags: str) -> Config:
     return Config(name, model, stream_options_from_args(args, task), flags)
 
 
+def parse_variant(task: str, spec: str) -> Config:
+    """``--variant NAME="FLAGS"``: the config :func:`variant` gives.
+
+    Raises:
+        SystemExit: not ``NAME=FLAGS``, a name with a ``/``, or flags the command line does not take.
+    """
+    name, sep, flags = spec.partition("=")
+    if not sep or not name or "/" in name:
+        raise SystemExit(f'bad --variant {spec!r}: NAME="FLAGS"')
+    return variant(task, name, flags)
+
+
 def explored(logs_root: Path, task: str) -> dict[str, tuple[str, list[InstanceRecord]]]:
     """The logged variants of ``task`` (``<task>_explore/NAME/`` with its ``flags.txt``): name -> (flags, log)."""
     out: dict[str, tuple[str, list[InstanceRecord]]] = {}
@@ -236,12 +248,7 @@ def main() -> None:
     table = configs(args.task)
     test = items(args.task)[: args.limit]
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
-    variants = []
-    for spec in args.variant:
-        name, sep, flags = spec.partition("=")
-        if not sep or not name or "/" in name:
-            raise SystemExit(f'bad --variant {spec!r}: NAME="FLAGS"')
-        variants.append(variant(args.task, name, flags))
+    variants = [parse_variant(args.task, spec) for spec in args.variant]
     logs: dict[str, list[InstanceRecord]] = {}
     for name in table:
         path = logs_root / args.task / name / "instances.log"

@@ -38,7 +38,7 @@ from simulst.evaluation.quality import bleu, chrf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATA, load_average, machine_note, markdown_table, write_report
-from quality_latency import RESULTS, configs, explored, run, variant
+from quality_latency import RESULTS, configs, explored, parse_variant, run
 
 LANGS = ("es", "pt")
 PRESET_CONFIGS = ("offline", "before", "low", "balanced", "accurate")
@@ -89,12 +89,10 @@ def main() -> None:
     to_run = [n.strip() for n in args.configs.split(",") if n.strip()]
     pairs = list(PAIRS)
     for spec in args.variant:
-        name, sep, flags = spec.partition("=")
-        if not sep or not name or "/" in name:
-            raise SystemExit(f'bad --variant {spec!r}: NAME="FLAGS"')
-        table[name] = variant("translate", name, flags)
-        to_run.append(name)
-        pairs.append(("balanced", name))
+        chosen = parse_variant("translate", spec)
+        table[chosen.name] = chosen
+        to_run.append(chosen.name)
+        pairs.append(("balanced", chosen.name))
     names = list(dict.fromkeys([*PRESET_CONFIGS, *to_run]))
     root = RESULTS / "quality_latency"
     logs: dict[str, list[InstanceRecord]] = {}

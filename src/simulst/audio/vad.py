@@ -23,6 +23,7 @@ import numpy as np
 from simulst.errors import ModelLoadError, OptionError
 
 WINDOW = {16000: 512, 8000: 256}  # samples per Silero VAD call (32 ms)
+SAMPLE_RATES = frozenset(WINDOW)  # the sample rates Silero VAD reads
 GAIN_TARGET = 0.5  # peak level the VAD hears
 GAIN_MAX = 100.0  # at most +40 dB
 GAIN_MEMORY_S = 1.0  # the gain follows the loudest peak of the last second
@@ -117,7 +118,7 @@ class VoiceActivity:
 
     def __init__(self, sample_rate: int = 16000, threshold: float = 0.5, pause_ms: float = 500.0,
                  pad_ms: float = 30.0) -> None:
-        if sample_rate not in WINDOW:
+        if sample_rate not in SAMPLE_RATES:
             raise OptionError(f"Silero VAD needs 16000 or 8000 Hz audio, not {sample_rate} Hz")
         if not 0.0 < threshold < 1.0:
             raise OptionError(f"the VAD threshold is a probability in (0, 1), got {threshold}")

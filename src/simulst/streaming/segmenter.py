@@ -17,13 +17,11 @@ from typing import Protocol
 
 import numpy as np
 
-from simulst.audio.vad import WINDOW as VAD_WINDOWS
+from simulst.audio.vad import SAMPLE_RATES as VAD_RATES
 from simulst.audio.vad import VoiceActivity, VoiceEvent
 from simulst.config import StreamOptions
 from simulst.errors import OptionError
 from simulst.types import Costs
-
-VAD_RATES = frozenset(VAD_WINDOWS)  # the sample rates Silero VAD reads
 
 VoiceListener = Callable[[str, int], None]
 """Told ``(kind, sample)``: ``start`` / ``end`` for each speech start and end the detector reports (those that do
