@@ -223,3 +223,18 @@ def grid_statistics(metric: str, grids: Sequence[Sequence[str]],
     the grids of one sentence are not independent draws, the sentences are."""
     scored = [utterance_statistics(metric, hypotheses, references) for hypotheses in grids]
     return np.sum([stats for stats, _ in scored], axis=0), scored[0][1]
+
+
+def grid_delay_statistics(grids: Sequence[Sequence[float | None]]) -> tuple[np.ndarray, ScoreFromStats]:
+    """Per-sentence delay statistics summed over chunk grids (``grids``: each grid's per-sentence delay in ms, None
+    where the sentence has no output): the sum of its delays and the count of grids it has one on; and their score,
+    the mean delay in seconds over every (sentence, grid) with output (StreamLAAL over all the grids when the
+    delays are each sentence's LAAL). As :func:`grid_statistics`, a bootstrap on them draws whole sentences."""
+    values = np.array([[np.nan if d is None else d for d in grid] for grid in grids], dtype=np.float64)
+    stats = np.stack([np.nansum(values, axis=0), np.sum(~np.isnan(values), axis=0)], axis=1)
+
+    def mean_s(sums: np.ndarray) -> float:
+        return float(sums[0] / sums[1] / 1000.0) if sums[1] else float("nan")
+
+    return stats, mean_s
+

@@ -39,8 +39,8 @@ Computation-aware time comes from one of two clocks (the run's ``@clock``):
 ``--phases K`` instead streams each run's talk on K chunk grids shifted by k/K of a chunk (source clock) and writes
 ``bench/results/longform_phases.md``: one grid's WER is one draw of where the chunk boundaries fall. Each config run
 beside ``default`` is compared with it over all the grids and all the talks of one metric (a paired bootstrap over
-the reference sentences, each with its outputs on every grid), and the per-grid sentence outputs are written to
-``longform_phases_hypotheses.tsv``.
+the reference sentences, each with its outputs on every grid), on quality and on StreamLAAL, and the per-grid
+sentence outputs and their StreamLAAL are written to ``longform_phases_hypotheses.tsv``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
+    grid_delay_statistics,
     grid_statistics,
     load_average,
     machine_note,
@@ -119,6 +120,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad-1s": ("balanced", {"vad": True, "chunk_ms": 1000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "vad-0.6s": ("balanced", {"vad": True, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "vad-0.8s": ("balanced", {"vad": True, "chunk_ms": 800.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
+    "encoder-int8": ("balanced", {}, {"encoder_precision": "int8"}),
+    "chunk-500": ("balanced", {"chunk_ms": 500.0}, {}),
+    "chunk-500-int8": ("balanced", {"chunk_ms": 500.0}, {"encoder_precision": "int8"}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -339,6 +343,11 @@ def sentence_hypotheses(report: LongformReport) -> list[str]:
     return [s.prediction for s in sorted(report.sentences, key=lambda s: s.index)]
 
 
+def sentence_delays(report: LongformReport) -> list[float | None]:
+    """The StreamLAAL (source clock, ms) of every reference sentence, in reference order; None: no output."""
+    return [sentence_stream_laal(s) for s in sorted(report.sentences, key=lambda s: s.index)]
+
+
 def quality_metric(loaded: Talk) -> str:
     """The quality column's metric: BLEU for a translation, else WER_whisper."""
     return "BLEU" if loaded.model_options.task == "translate" else "WER_whisper"
@@ -457,12 +466,17 @@ def write_hypotheses(path: Path, rows: list[dict[str, Any]], hypotheses: list[li
                      for row, hyps, refs in zip(rows, hypotheses, references, strict=True)])
 
 
-def write_sentences(path: Path, keys: list[str], outputs: list[tuple[list[str], list[str], list[str]]]) -> None:
+def write_sentences(path: Path, keys: list[str], outputs: list[tuple[list[str], list[str], list[str]]],
+                    delays: list[list[float | None]] | None = None) -> None:
     """A TSV of sentence outputs: per output (its ``keys`` cells, reference sentences, hypotheses) one line per
-    sentence - the key cells, the sentence's index, its reference and its hypothesis, each on one line."""
-    lines = ["\t".join([*keys, "sentence", "reference", "hypothesis"])]
-    for cells, refs, hyps in outputs:
-        lines += ["\t".join([*cells, str(i), " ".join(ref.split()), " ".join(hyp.split())])
+    sentence - the key cells, the sentence's index, its reference and its hypothesis, each on one line; with
+    ``delays`` (per output, each sentence's StreamLAAL in ms or None) a last column of the StreamLAAL in seconds
+    (empty: no output)."""
+    lines = ["\t".join([*keys, "sentence", "reference", "hypothesis", *(["StreamLAAL"] if delays else [])])]
+    for k, (cells, refs, hyps) in enumerate(outputs):
+        lines += ["\t".join([*cells, str(i), " ".join(ref.split()), " ".join(hyp.split()),
+                             *([] if delays is None else
+                               ["" if delays[k][i] is None else f"{seconds(delays[k][i]):.3f}"])])
                   for i, (ref, hyp) in enumerate(zip(refs, hyps, strict=True))]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -501,12 +515,13 @@ PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "WER_n
 @dataclasses.dataclass(frozen=True)
 class PhaseRun:
     """One talk and config streamed on several chunk grids: its quality metric, each grid's sentence hypotheses
-    (in reference order) and the reference sentences."""
+    and StreamLAAL (ms, None: no output; in reference order) and the reference sentences."""
 
     talk: str
     config: str
     metric: str
     hypotheses: list[list[str]]
+    delays: list[list[float | None]]
     references: list[str]
 
 
@@ -524,11 +539,13 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
     first = stream_options.initial_wait_ms or stream_options.chunk_ms
     rows: list[dict[str, Any]] = []
     hypotheses: list[list[str]] = []
+    delays: list[list[float | None]] = []
     for k in range(phases):
         options = dataclasses.replace(stream_options, initial_wait_ms=first + k * stream_options.chunk_ms / phases)
         outs = [stream_talk(loaded.engine, options, audio) for audio in loaded.audios]
         report = loaded.score(outs, computation_aware=False)
         hypotheses.append(sentence_hypotheses(report))
+        delays.append(sentence_delays(report))
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
                      "quality": report.scores[quality_key]}
                     | ({"WER_norm": report.scores["WER_norm"]} if quality_key != "BLEU" else {})
@@ -542,14 +559,15 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
                      "quality": pick([r["quality"] for r in rows[:phases]])}
                     | ({"StreamLAAL": statistics.fmean(r["StreamLAAL"] for r in rows[:phases])}
                        if label == "mean" else {}))
-    return rows, PhaseRun(name, config, quality_key, hypotheses, loaded.references)
+    return rows, PhaseRun(name, config, quality_key, hypotheses, delays, loaded.references)
 
 
 def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
-    """Per config run beside ``default`` on the same grids: its quality and the default's over all the grids and
-    all the talks of one metric both ran on, and the paired bootstrap interval (95 %, 1000 resamples) of the
-    difference. A resample draws reference sentences, each with its outputs on every grid (the statistics of a
-    sentence are summed over the grids): the grids of one sentence are not independent draws, the sentences are."""
+    """Per config run beside ``default`` on the same grids: its quality and the default's over all the grids of
+    each talk, and over all the talks of one metric both ran on where there are several, with the paired bootstrap
+    interval (95 %, 1000 resamples) of the difference; the same for StreamLAAL (the mean over every sentence and
+    grid with output). A resample draws reference sentences, each with its outputs on every grid (the statistics of
+    a sentence are summed over the grids): the grids of one sentence are not independent draws, the sentences are."""
     defaults = {run.talk: run for run in runs if run.config == "default"}
     groups: dict[tuple[str, str], list[PhaseRun]] = {}
     for run in runs:
@@ -559,19 +577,26 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
 
     stats = {(run.talk, run.config): grid_statistics(run.metric, run.hypotheses, run.references)
              for run in runs}  # (each run's scored once)
-    rows = []
-    for (metric, config), group in groups.items():
+    delay_stats = {(run.talk, run.config): grid_delay_statistics(run.delays) for run in runs}
+
+    def row(metric: str, config: str, group: list[PhaseRun]) -> dict[str, Any]:
         base_stats = np.concatenate([stats[(run.talk, "default")][0] for run in group])
         run_stats = np.concatenate([stats[(run.talk, run.config)][0] for run in group])
         interval = bootstrap_from_stats(metric, base_stats, run_stats, stats[(group[0].talk, config)][1])
-        rows.append({"metric": metric, "config": config, "talks": " + ".join(run.talk for run in group),
-                     "phases": len(group[0].hypotheses), "sentences": interval.n, "quality": interval.b,
-                     "default_quality": interval.a, "vs_default": interval.describe()})
-    return rows
+        base_delays = np.concatenate([delay_stats[(run.talk, "default")][0] for run in group])
+        run_delays = np.concatenate([delay_stats[(run.talk, run.config)][0] for run in group])
+        delay = bootstrap_from_stats("StreamLAAL", base_delays, run_delays, delay_stats[(group[0].talk, config)][1])
+        return {"metric": metric, "config": config, "talks": " + ".join(run.talk for run in group),
+                "phases": len(group[0].hypotheses), "sentences": interval.n, "quality": interval.b,
+                "default_quality": interval.a, "vs_default": interval.describe(),
+                "StreamLAAL": delay.b, "default_StreamLAAL": delay.a, "AL_vs_default": delay.describe()}
+
+    return [row(metric, config, part) for (metric, config), group in groups.items()
+            for part in ([[run] for run in group] + ([group] if len(group) > 1 else []))]
 
 
 PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "quality", "default_quality",
-                        "vs_default"]
+                        "vs_default", "StreamLAAL", "default_StreamLAAL", "AL_vs_default"]
 
 
 def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, load_before: float,
@@ -579,7 +604,8 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, 
     write_csv(results / "longform_phases.csv", rows, PHASE_COLUMNS)
     write_sentences(results / "longform_phases_hypotheses.tsv", ["talk", "config", "phase"],
                     [([run.talk, run.config, str(k)], run.references, hyps)
-                     for run in runs for k, hyps in enumerate(run.hypotheses)])
+                     for run in runs for k, hyps in enumerate(run.hypotheses)],
+                    [grid for run in runs for grid in run.delays])
     pooled_rows = phase_intervals(runs)
     lines = [
         "# Long-form streaming over chunk phases",
@@ -600,9 +626,11 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, 
             "",
             "## Against the default over all grids",
             "",
-            "Each config's quality and the `default` run's over every grid and every talk of one metric both ran "
-            "on, with the paired bootstrap interval of the difference (95 %, 1000 resamples of the reference "
-            "sentences, each with its outputs on all the grids). The per-grid sentence outputs are in "
+            "Each config's quality and the `default` run's over every grid of each talk, and of every talk of one "
+            "metric both ran on, with the paired bootstrap interval of the difference (95 %, 1000 resamples of the "
+            "reference sentences, each with its outputs on all the grids); the same for the delay: `StreamLAAL` is "
+            "the mean over every sentence and grid with output (s, source clock), `AL_vs_default` its difference "
+            "from the default's with its interval. The per-grid sentence outputs and their StreamLAAL are in "
             "`longform_phases_hypotheses.tsv`.",
             "",
             markdown_table(pooled_rows, PHASE_POOLED_COLUMNS),
@@ -697,7 +725,8 @@ def main() -> None:
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
         "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`; `ctc`: "
         "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; "
-        "`accurate-segment-10`: "
+        "`encoder-int8`: `--encoder-precision int8`; `chunk-500` / `chunk-500-int8`: `--chunk-ms 500` (and the int8 "
+        "encoder); `accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "
         "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "

@@ -10,7 +10,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from longform import PhaseRun, config_options, phase_intervals, pooled_intervals, write_hypotheses
+import pytest
+
+from longform import PhaseRun, config_options, phase_intervals, pooled_intervals, write_hypotheses, write_sentences
 from simulst.config import StreamOptions
 
 
@@ -71,17 +73,45 @@ def test_the_interval_over_grids_sums_each_sentences_errors_over_its_grids() -> 
     # en default, grid 0: 1 substitution (x); grid 1: 1 deletion (e): 2 errors in 2 x 5 words = 20 %; ls default:
     # 1 error (g) in 2 x 3 words; segment-10 reads en right on both grids and ls with 1 insertion (i) on grid 1:
     # pooled, the default 3 errors in 16 words (18.75 %), segment-10 1 (6.25 %); vad ran on en only: 2 errors in
-    # 10 words (c deleted, x inserted), as many as the default, one in each sentence as the default's
+    # 10 words (c deleted, x inserted), as many as the default, one in each sentence as the default's. Each talk has
+    # its own rows too: segment-10 on en 0 % against 20 %, on ls 1 error in 6 words as the default.
+    # Delays (ms; None: no output): the default's 7 delays with output sum to 8000 ms (1.143 s), segment-10's 8 to
+    # 7800 ms (0.975 s); on en alone the default's 3 sum to 4000 ms, vad's 4 to 6000 ms (1.5 s)
     en_refs, ls_refs = ["a b c", "d e"], ["f g", "h"]
-    runs = [PhaseRun("en-talk", "default", "WER_whisper", [["a b x", "d e"], ["a b c", "d"]], en_refs),
-            PhaseRun("ls-readings", "default", "WER_whisper", [["f g", "h"], ["f", "h"]], ls_refs),
-            PhaseRun("en-talk", "segment-10", "WER_whisper", [["a b c", "d e"], ["a b c", "d e"]], en_refs),
-            PhaseRun("ls-readings", "segment-10", "WER_whisper", [["f g", "h"], ["f g", "h i"]], ls_refs),
-            PhaseRun("en-talk", "vad", "WER_whisper", [["a b c", "d e"], ["a b", "d e x"]], en_refs)]
-    segment, vad = phase_intervals(runs)
+    runs = [PhaseRun("en-talk", "default", "WER_whisper", [["a b x", "d e"], ["a b c", "d"]],
+                     [[1000, 2000], [1000, None]], en_refs),
+            PhaseRun("ls-readings", "default", "WER_whisper", [["f g", "h"], ["f", "h"]],
+                     [[500, 1500], [500, 1500]], ls_refs),
+            PhaseRun("en-talk", "segment-10", "WER_whisper", [["a b c", "d e"], ["a b c", "d e"]],
+                     [[800, 1600], [800, 1600]], en_refs),
+            PhaseRun("ls-readings", "segment-10", "WER_whisper", [["f g", "h"], ["f g", "h i"]],
+                     [[500, 1000], [500, 1000]], ls_refs),
+            PhaseRun("en-talk", "vad", "WER_whisper", [["a b c", "d e"], ["a b", "d e x"]],
+                     [[1000, 2000], [1000, 2000]], en_refs)]
+    segment_en, segment_ls, segment, vad = phase_intervals(runs)  # (each talk, then the talks pooled)
+    assert (segment_en["talks"], segment_en["sentences"], segment_en["quality"], segment_en["default_quality"]) \
+        == ("en-talk", 2, 0.0, 20.0)
+    assert (segment_ls["talks"], segment_ls["quality"]) == ("ls-readings", pytest.approx(100 / 6))
+    assert (segment_en["StreamLAAL"], segment_en["default_StreamLAAL"]) == pytest.approx((1.2, 4.0 / 3))
+    assert (segment_ls["StreamLAAL"], segment_ls["default_StreamLAAL"]) == pytest.approx((0.75, 1.0))
     assert (segment["config"], segment["talks"], segment["phases"], segment["sentences"]) == \
         ("segment-10", "en-talk + ls-readings", 2, 4)
     assert (segment["quality"], segment["default_quality"]) == (6.25, 18.75)
     assert segment["vs_default"].startswith("-12.50 [")
     assert (vad["talks"], vad["sentences"], vad["quality"], vad["default_quality"]) == ("en-talk", 2, 20.0, 20.0)
     assert vad["vs_default"] == "+0.00 [+0.00, +0.00]"
+    assert (segment["StreamLAAL"], segment["default_StreamLAAL"]) == pytest.approx((0.975, 8.0 / 7))
+    assert segment["AL_vs_default"].startswith(f"{0.975 - 8.0 / 7:+.2f} [")
+    assert (vad["StreamLAAL"], vad["default_StreamLAAL"]) == pytest.approx((1.5, 4.0 / 3))
+    # a resample of sentence 0 alone reads 1.0 s on both; of sentence 1 alone 2.0 s on both: the interval holds 0
+    low, high = (float(x) for x in vad["AL_vs_default"].split("[")[1].rstrip("]").split(","))
+    assert low <= 0.0 <= high
+
+
+def test_grid_delays_are_written_beside_their_sentences(tmp_path: Path) -> None:
+    path = tmp_path / "phases.tsv"
+    write_sentences(path, ["talk", "config", "phase"], [(["en-talk", "default", "0"], ["a b", "c"], ["a b", ""])],
+                    [[1234.4, None]])
+    assert path.read_text(encoding="utf-8").splitlines() == [
+        "talk\tconfig\tphase\tsentence\treference\thypothesis\tStreamLAAL",
+        "en-talk\tdefault\t0\t0\ta b\ta b\t1.234", "en-talk\tdefault\t0\t1\tc\t\t"]

@@ -314,6 +314,19 @@ def test_a_vad_pause_ends_the_sentence_of_the_prompt_full_stop_or_not() -> None:
             assert model.tokenizer.decode(list(after_pause)).count("the cat sat on the mat") == 2
 
 
+def test_the_offline_policy_decodes_each_vad_segment_once_when_it_ends() -> None:
+    # offline commits nothing at a chunk; with a VAD, a pause ends a segment, whose audio is decoded once and
+    # committed whole: two pauses, three segments, three decodes of the toy's sentence and no chunk decode
+    model = PromptedToy("the cat sat on the mat")
+    session = Session(model, StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("offline"), loop_guard=False))
+    session.segmenter = VadSegmenter(ScriptedVoice([(6000, 7000), (13000, 14000)]), 16000, 5 * 16000)
+    session.segmenter.speech_in_buffer = True
+    _check_stream(session, _speech(20), [1000] * 20)
+    assert session.costs.extra == {"vad_segments": 2, "trims": 2}
+    assert session.text.count("the cat sat on the mat") == 3
+    assert len(model.prompts) == 3  # (one search per segment)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     pieces=st.lists(st.integers(1, 9000), min_size=1, max_size=40),
