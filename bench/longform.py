@@ -121,8 +121,6 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad-0.6s": ("balanced", {"vad": True, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "vad-0.8s": ("balanced", {"vad": True, "chunk_ms": 800.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "encoder-int8": ("balanced", {}, {"encoder_precision": "int8"}),
-    "chunk-500": ("balanced", {"chunk_ms": 500.0}, {}),
-    "chunk-500-int8": ("balanced", {"chunk_ms": 500.0}, {"encoder_precision": "int8"}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -725,8 +723,7 @@ def main() -> None:
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
         "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`; `ctc`: "
         "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; "
-        "`encoder-int8`: `--encoder-precision int8`; `chunk-500` / `chunk-500-int8`: `--chunk-ms 500` (and the int8 "
-        "encoder); `accurate-segment-10`: "
+        "`encoder-int8`: `--encoder-precision int8`; `accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "
         "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "
