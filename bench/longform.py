@@ -470,7 +470,7 @@ def write_sentences(path: Path, keys: list[str], outputs: list[tuple[list[str], 
     sentence - the key cells, the sentence's index, its reference and its hypothesis, each on one line; with
     ``delays`` (per output, each sentence's StreamLAAL in ms or None) a last column of the StreamLAAL in seconds
     (empty: no output)."""
-    lines = ["\t".join([*keys, "sentence", "reference", "hypothesis", *(["StreamLAAL"] if delays else [])])]
+    lines = ["\t".join([*keys, "sentence", "reference", "hypothesis", *([] if delays is None else ["StreamLAAL"])])]
     for k, (cells, refs, hyps) in enumerate(outputs):
         lines += ["\t".join([*cells, str(i), " ".join(ref.split()), " ".join(hyp.split()),
                              *([] if delays is None else
