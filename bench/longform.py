@@ -41,11 +41,20 @@ Computation-aware time comes from one of two clocks (the run's ``@clock``):
 beside ``default`` is compared with it over all the grids and all the talks of one metric (a paired bootstrap over
 the reference sentences, each with its outputs on every grid), on quality and on StreamLAAL, and the per-grid
 sentence outputs and their StreamLAAL are written to ``longform_phases_hypotheses.tsv``.
+
+``--phases-rescore`` runs nothing: it reads the ``longform_phases.csv`` and ``longform_phases_hypotheses.tsv`` kept
+in ``--out`` and writes that folder's page again, comparing its configs with the ``default`` kept there or, with
+``--default-from DIR``, with the ``default`` runs kept in DIR (the same grids of the same talks: a run of another
+config alone is compared with a default run before it, as the runs are deterministic)::
+
+    .venv/bin/python bench/longform.py --phases-rescore --out bench/results/longform_phases_ctc \
+        --default-from bench/results/longform_phases_vad
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import resource
 import statistics
@@ -60,6 +69,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
+    csv_number,
     grid_delay_statistics,
     grid_statistics,
     load_average,
@@ -348,7 +358,12 @@ def sentence_delays(report: LongformReport) -> list[float | None]:
 
 def quality_metric(loaded: Talk) -> str:
     """The quality column's metric: BLEU for a translation, else WER_whisper."""
-    return "BLEU" if loaded.model_options.task == "translate" else "WER_whisper"
+    return talk_metric(loaded.model_options)
+
+
+def talk_metric(model_options: ModelOptions) -> str:
+    """BLEU for a talk translated, else WER_whisper."""
+    return "BLEU" if model_options.task == "translate" else "WER_whisper"
 
 
 def run(talk: str, config: str, clock: str,
@@ -597,13 +612,44 @@ PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "qua
                         "vs_default", "StreamLAAL", "default_StreamLAAL", "AL_vs_default"]
 
 
-def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, load_before: float,
-                 results: Path) -> None:
+def write_phase_outputs(rows: list[dict[str, Any]], runs: list[PhaseRun], results: Path) -> None:
+    """The table as ``longform_phases.csv`` and the runs' sentence outputs as ``longform_phases_hypotheses.tsv``."""
     write_csv(results / "longform_phases.csv", rows, PHASE_COLUMNS)
     write_sentences(results / "longform_phases_hypotheses.tsv", ["talk", "config", "phase"],
                     [([run.talk, run.config, str(k)], run.references, hyps)
                      for run in runs for k, hyps in enumerate(run.hypotheses)],
                     [grid for run in runs for grid in run.delays])
+
+
+def read_phase_outputs(results: Path) -> tuple[list[dict[str, Any]], list[PhaseRun]]:
+    """What :func:`write_phase_outputs` kept in ``results``: the table rows and the runs (delays back in ms, to
+    the millisecond the TSV keeps)."""
+    with (results / "longform_phases.csv").open(newline="", encoding="utf-8") as f:
+        rows = [{k: csv_number(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+    metrics = {name: talk_metric(options) for name, options in TALKS.values()}
+    grids: dict[tuple[str, str], dict[int, list[tuple[str, str, float | None]]]] = {}
+    lines = (results / "longform_phases_hypotheses.tsv").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    if header != ["talk", "config", "phase", "sentence", "reference", "hypothesis", "StreamLAAL"]:
+        raise SystemExit(f"{results}: a longform_phases_hypotheses.tsv without per-sentence StreamLAAL")
+    for line in lines[1:]:
+        talk, config, phase, sentence, reference, hypothesis, delay = line.split("\t")
+        sentences = grids.setdefault((talk, config), {}).setdefault(int(phase), [])
+        if int(sentence) != len(sentences):
+            raise SystemExit(f"{results}: {talk} {config} phase {phase}: sentence {sentence} out of order")
+        sentences.append((reference, hypothesis, float(delay) * 1000.0 if delay else None))
+    runs = []
+    for (talk, config), by_phase in grids.items():
+        ordered = [by_phase[k] for k in sorted(by_phase)]
+        runs.append(PhaseRun(talk, config, metrics[talk], [[h for _, h, _ in grid] for grid in ordered],
+                             [[d for _, _, d in grid] for grid in ordered], [r for r, _, _ in ordered[0]]))
+    return rows, runs
+
+
+def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, run_note: str, results: Path,
+                 default_from: Path | None = None) -> None:
+    """``longform_phases.md`` in ``results``: the table, and each config against the ``default`` among ``runs``
+    (kept in ``default_from`` when given: its folder is named)."""
     pooled_rows = phase_intervals(runs)
     lines = [
         "# Long-form streaming over chunk phases",
@@ -615,7 +661,7 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, 
         "StreamLAAL in seconds. Where the chunk boundaries fall decides which early guesses two consecutive "
         "hypotheses agree on and where the buffer is trimmed, so one grid's figure is one draw: compare means.",
         "",
-        f"Run: {machine_note(load_before)} (quality does not depend on the machine's speed).",
+        f"Run: {run_note}.",
         "",
         markdown_table(rows, PHASE_COLUMNS),
     ]
@@ -624,8 +670,11 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, 
             "",
             "## Against the default over all grids",
             "",
-            "Each config's quality and the `default` run's over every grid of each talk, and of every talk of one "
-            "metric both ran on, with the paired bootstrap interval of the difference (95 %, 1000 resamples of the "
+            "Each config's quality and the `default` run's"
+            + (f" (kept in [`{default_from.name}/`](../{default_from.name}/longform_phases.md): the same grids, the "
+               "same default, deterministic)" if default_from is not None else "")
+            + " over every grid of each talk, and of every talk of one metric both ran on, with the paired "
+            "bootstrap interval of the difference (95 %, 1000 resamples of the "
             "reference sentences, each with its outputs on all the grids); the same for the delay: `StreamLAAL` is "
             "the mean over every sentence and grid with output (s, source clock), `AL_vs_default` its difference "
             "from the default's with its interval. The per-grid sentence outputs and their StreamLAAL are in "
@@ -634,6 +683,25 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, 
             markdown_table(pooled_rows, PHASE_POOLED_COLUMNS),
         ]
     write_report(results / "longform_phases.md", "\n".join(lines))
+
+
+RESCORED = "; rescored from the kept outputs"
+
+
+def rescore_phases(results: Path, default_from: Path | None) -> None:
+    """Write ``results``' phase page again from its kept outputs (see the module notes); its run note is kept."""
+    rows, runs = read_phase_outputs(results)
+    if default_from is not None:
+        talks = {run.talk for run in runs}
+        runs = [run for run in read_phase_outputs(default_from)[1]
+                if run.config == "default" and run.talk in talks] + [run for run in runs if run.config != "default"]
+    page = results / "longform_phases.md"
+    old = page.read_text(encoding="utf-8").splitlines() if page.is_file() else []
+    notes = [line.removeprefix("Run: ").removesuffix(".").partition(RESCORED)[0] for line in old
+             if line.startswith("Run: ")]
+    phases = max(len(run.hypotheses) for run in runs)
+    write_phases(rows, runs, phases, (notes[0] if notes else "not recorded") + RESCORED
+                 + f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", results, default_from)
 
 
 def main() -> None:
@@ -645,9 +713,16 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=0,
                         help="instead: stream each run's talk on this many shifted chunk grids and write "
                              "bench/results/longform_phases.md (source clock; default 0: the main benchmark)")
+    parser.add_argument("--phases-rescore", action="store_true",
+                        help="run nothing: write the page of the phase outputs kept in --out again")
+    parser.add_argument("--default-from", type=Path,
+                        help="with --phases-rescore: compare with the default runs kept in this folder")
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help="the folder the results are written to (default bench/results)")
     args = parser.parse_args()
+    if args.phases_rescore:
+        rescore_phases(args.out, args.default_from)
+        return
     load_before = load_average()
     runs = []
     for spec in args.runs.split(","):
@@ -668,7 +743,9 @@ def main() -> None:
             table, phase_run = phase_rows(talk, config, args.sets, args.phases)
             phase_tables += table
             phase_runs.append(phase_run)
-        write_phases(phase_tables, phase_runs, args.phases, load_before, args.out)
+        write_phase_outputs(phase_tables, phase_runs, args.out)
+        write_phases(phase_tables, phase_runs, args.phases,
+                     f"{machine_note(load_before)} (quality does not depend on the machine's speed)", args.out)
         return
     anchor_ms = speed_anchor_ms()
     rows, all_series, hypotheses, references = [], {}, [], []

@@ -12,7 +12,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import pytest
 
-from longform import PhaseRun, config_options, phase_intervals, pooled_intervals, write_hypotheses, write_sentences
+from longform import (
+    PhaseRun,
+    config_options,
+    phase_intervals,
+    pooled_intervals,
+    read_phase_outputs,
+    rescore_phases,
+    write_hypotheses,
+    write_phase_outputs,
+    write_sentences,
+)
 from simulst.config import StreamOptions
 
 
@@ -115,3 +125,31 @@ def test_grid_delays_are_written_beside_their_sentences(tmp_path: Path) -> None:
     assert path.read_text(encoding="utf-8").splitlines() == [
         "talk\tconfig\tphase\tsentence\treference\thypothesis\tStreamLAAL",
         "en-talk\tdefault\t0\t0\ta b\ta b\t1.234", "en-talk\tdefault\t0\t1\tc\t\t"]
+
+
+def test_kept_phase_outputs_are_rescored_against_a_default_kept_elsewhere(tmp_path: Path) -> None:
+    # two folders as two --phases runs leave them: the default alone, then vad alone; the rescore of the second
+    # against the first reads the same runs back (delays to the millisecond) and compares them as one run would
+    refs = ["a b c", "d e"]
+    default = PhaseRun("en-talk", "default", "WER_whisper", [["a b x", "d e"], ["a b c", "d"]],
+                       [[1000.0, 2000.0], [1000.0, None]], refs)
+    vad = PhaseRun("en-talk", "vad", "WER_whisper", [["a b c", "d e"], ["a b", "d e x"]],
+                   [[1000.0, 2000.0], [1000.4, 2000.0]], refs)
+    row = {"talk": "en-talk", "config": "vad", "phase": "mean", "quality": 20.0, "StreamLAAL": 1.5}
+    for name, run in (("base", default), ("vad", vad)):
+        (tmp_path / name).mkdir()
+        write_phase_outputs([row], [run], tmp_path / name)
+    (tmp_path / "vad" / "longform_phases.md").write_text("# old\n\nRun: 2026-11-26 19:00 UTC, quiet.\n\n## Reading\n\n"
+                                                         "kept\n", encoding="utf-8")
+    rows, runs = read_phase_outputs(tmp_path / "vad")
+    assert rows == [row]
+    assert runs == [dataclasses.replace(vad, delays=[[1000.0, 2000.0], [1000.0, 2000.0]])]
+    rescore_phases(tmp_path / "vad", tmp_path / "base")
+    page = (tmp_path / "vad" / "longform_phases.md").read_text(encoding="utf-8")
+    assert "Run: 2026-11-26 19:00 UTC, quiet; rescored from the kept outputs " in page
+    assert "kept in [`base/`](../base/longform_phases.md)" in page
+    assert page.endswith("## Reading\n\nkept\n")
+    (expected,) = phase_intervals([default, vad])
+    assert f"| {expected['vs_default']} |" in page and f"| {expected['AL_vs_default']} |" in page
+    rescore_phases(tmp_path / "vad", tmp_path / "base")  # a second rescore notes one rescore
+    assert (tmp_path / "vad" / "longform_phases.md").read_text(encoding="utf-8").count("rescored") == 1
