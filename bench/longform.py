@@ -125,6 +125,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad-context-0": ("balanced", {"vad": True, "context_tokens": 0}, {}),
     "vad-beam5": ("balanced", {"vad": True, "search": SearchOptions("beam", beam=5)}, {}),
     "ctc": ("balanced", {"policy": PolicyOptions.parse("ctc")}, {"ctc_head": "default"}),
+    "ctc-30": ("balanced", {"policy": PolicyOptions.parse("ctc:-30")}, {"ctc_head": "default"}),
+    "ctc-40": ("balanced", {"policy": PolicyOptions.parse("ctc:-40")}, {"ctc_head": "default"}),
+    **{f"ctc-w{-floor:g}": ("balanced", {"policy": PolicyOptions.parse("ctc"), "word_logprob_threshold": floor},
+                            {"ctc_head": "default"}) for floor in (-1.0, -1.5, -2.0)},
     # long-form variants of the transcribe accurate preset
     "accurate-segment-10": ("balanced", {"chunk_ms": 1000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "vad-1s": ("balanced", {"vad": True, "chunk_ms": 1000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
@@ -799,7 +803,9 @@ def main() -> None:
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
         "`vad-context-0`: `--vad --context-tokens 0`; `vad-beam5`: `--vad --search beam --beam 5`; `ctc`: "
-        "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; "
+        "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; `ctc-30` / `ctc-40`: `--policy "
+        "ctc:-30` / `ctc:-40` (C_end -30 / -40: later stops, fewer guessed words); `ctc-w1` / `ctc-w1.5` / "
+        "`ctc-w2`: `--policy ctc --word-logprob-threshold -1` / `-1.5` / `-2`; "
         "`encoder-int8`: `--encoder-precision int8`; `accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "

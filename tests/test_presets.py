@@ -75,7 +75,7 @@ def test_switches_given_off_win_over_a_preset_that_turns_them_on() -> None:
     parser = build_parser()  # transcription listens with the VAD by default; --no-vad turns it off
     assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav"])).vad is True
     assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--no-vad"])).vad is False
-    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--latency", "low"])).vad is False
+    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--latency", "accurate"])).vad is False
 
 
 def test_the_transcribe_and_translate_presets_differ() -> None:
@@ -135,3 +135,32 @@ def test_a_given_buffer_or_segment_bounds_the_presets_other() -> None:
     assert (both.segment_s, both.max_buffer_s) == (4.0, 6.0)
     with pytest.raises(OptionError, match="need 0 < segment"):
         stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--segment-s", "9", "--max-buffer-s", "6"]))
+
+
+def test_a_preset_that_reads_a_ctc_head_falls_back_where_the_model_ships_none() -> None:
+    # transcribe low runs the CTC policy with the head shipped for the default model (Whisper tiny.en); another
+    # model named (whisper-base, a directory) gets its without_ctc_head settings, unless a head is given
+    low = PRESETS[("transcribe", "low")]
+    assert low.without_ctc_head is not None and PolicyOptions.parse(low.settings["policy"]).needs_ctc_head
+    assert low.for_model(None) is low and low.for_model("whisper-tiny.en") is low
+    assert low.for_model("whisper-base", ctc_head_given=True) is low
+    fallback = low.for_model("whisper-base")
+    assert fallback.settings == low.without_ctc_head and fallback.without_ctc_head is None
+    assert not PolicyOptions.parse(str(fallback.settings.get("policy", "la-2"))).needs_ctc_head
+    assert all(p.without_ctc_head is None for p in PRESETS.values() if p is not low
+               and not PolicyOptions.parse(str(p.settings.get("policy", "la-2"))).needs_ctc_head)
+    parser = build_parser()
+    tiny = parser.parse_args(["transcribe", "a.wav", "--latency", "low"])
+    assert stream_options_from_args(tiny).policy.needs_ctc_head and model_options_from_args(tiny).ctc_head == "default"
+    base = parser.parse_args(["transcribe", "a.wav", "--model", "whisper-base", "--latency", "low"])
+    by_flags = parser.parse_args(["transcribe", "a.wav", "--model", "whisper-base", *shlex.split(fallback.flags())])
+    assert stream_options_from_args(base) == stream_options_from_args(by_flags)
+    assert model_options_from_args(base) == model_options_from_args(by_flags)
+    assert model_options_from_args(base).ctc_head is None
+    headed = parser.parse_args(["transcribe", "a.wav", "--model", "d/", "--ctc-head", "h.safetensors",
+                                "--latency", "low"])
+    assert stream_options_from_args(headed).policy == PolicyOptions.parse(low.settings["policy"])
+    assert model_options_from_args(headed).ctc_head == "h.safetensors"  # (the given head wins over the shipped one)
+    model, stream = preset_options("transcribe", "low", ModelOptions("whisper-base"))
+    assert stream == stream_options_from_args(base) and model.ctc_head is None
+    assert fallback.flags() in DOC.read_text(encoding="utf-8")  # (docs/presets.md states the fallback)

@@ -13,6 +13,7 @@ from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import AudioError, OptionError
 from simulst.models.base import Encoded
 from simulst.search import BeamSearch
+from simulst.search.core import Beam
 from simulst.streaming.commit import whole_words
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
@@ -238,6 +239,42 @@ def test_the_early_low_confidence_guard_is_stricter_only_within_a_segment() -> N
     for wrong in (float("nan"), "sometimes"):
         with pytest.raises(OptionError):
             StreamOptions(early_logprob_threshold=wrong)  # type: ignore[arg-type]
+
+
+def test_the_unsure_word_guard_holds_a_guess_back_until_two_decodes_agree_on_it() -> None:
+    # hold-0 commits each chunk's whole best hypothesis. The toy hears word i at (i+1)*700 ms and guesses " uh" (p .6,
+    # log-prob -0.51) for the word it has not heard; a heard word scores log .9 = -0.11. With the guard at -0.4:
+    #  1 s chunks: 1 s "the uh" -> "the" (uh held: no decode before); 2 s "the cat uh" -> " cat" (the 1 s decode
+    #  had uh after "the", not after "the cat"); 3 s -> " sat on"; 4 s -> " the"; 5 s "... the mat" -> " mat".
+    #  Without it, 1 s commits "the uh" and every later hypothesis must continue the guess.
+    #  500 ms chunks: 0.5 s "uh" -> nothing; 1 s "the uh" -> "the"; 1.5 s "the cat uh" -> " cat"; 2 s (still two
+    #  words heard) "the cat uh" again: the 1.5 s decode agreed up to the guess -> " uh" committed (the guard holds a
+    #  word back until two decodes agree on it, as LA-2 would, not for ever).
+    def run(chunk_ms: int, threshold: float | None) -> list[tuple[str, float]]:
+        session = Session(ToySpeechModel(), options("hold-0", chunk_ms=chunk_ms, word_logprob_threshold=threshold,
+                                                    early_logprob_threshold=None))
+        return [(e.text, e.source_ms) for e in push_in_pieces(session, tone(5000), 500)]
+
+    assert run(1000, None) == [("the uh", 1000)]
+    assert run(1000, -0.4) == [("the", 1000), (" cat", 2000), (" sat on", 3000), (" the", 4000), (" mat", 5000)]
+    assert run(500, -0.4) == [("the", 1000), (" cat", 1500), (" uh", 2000)]
+    session = Session(ToySpeechModel(), options("hold-0", word_logprob_threshold=-0.4, early_logprob_threshold=None))
+    session.push(tone(1000))
+    assert session.costs.extra["unsure_word_holds"] == 1
+    with pytest.raises(OptionError):
+        StreamOptions(word_logprob_threshold=float("nan"))
+
+
+def test_a_hypothesis_keeps_each_searched_token_score_aligned_to_its_last_tokens() -> None:
+    # a beam of 3 tokens, the first forced, finished: cumulative scores after "2", "3" and <eos>
+    beam = Beam((1, 2, 3), (-0.5, -1.5, -1.7), finished=True)
+    hyp = beam.hypothesis()
+    assert hyp.token_scores == pytest.approx((-0.5, -1.0))
+    assert hyp.token_score(0) is None and hyp.token_score(1) == pytest.approx(-0.5)
+    assert hyp.token_score(2) == pytest.approx(-1.0) and hyp.token_score(3) is None
+    longer = Hypothesis((9, 1, 2, 3), hyp.score, hyp.finished, token_scores=hyp.token_scores)  # committed before
+    assert longer.token_score(3) == pytest.approx(-1.0) and longer.token_score(1) is None
+    assert longer == Hypothesis((9, 1, 2, 3), hyp.score, True)  # (not part of equality)
 
 
 class TranslatingHesitantToy(HesitantToy):

@@ -80,12 +80,21 @@ class Hypothesis:
         alignment: the decoder's record of where the hypothesis attended - the cross-attention rows of its
             positions after the prompt, which time its tokens without another decoder pass (an opaque handle of the
             model, ``TokenTimer.traced_starts``); None: not recorded. Not part of equality.
+        token_scores: the search's score of each searched token (its log-probability, weighted as the search
+            scores), in order: they belong to the *last* ``len(token_scores)`` tokens (``<eos>`` excluded); empty:
+            not recorded. Not part of equality.
     """
 
     tokens: tuple[int, ...]
     score: float
     finished: bool = False
     alignment: object | None = field(default=None, compare=False, repr=False)
+    token_scores: tuple[float, ...] = field(default=(), compare=False, repr=False)
+
+    def token_score(self, index: int) -> float | None:
+        """The searched score of ``tokens[index]``; None where it was not searched (a forced or given token)."""
+        at = index - (len(self.tokens) - len(self.token_scores))
+        return self.token_scores[at] if 0 <= at < len(self.token_scores) and index < len(self.tokens) else None
 
     def normalized_score(self, n_forced: int, length_penalty: float = 1.0) -> float:
         """Length-normalised score: score / (number of searched tokens, +1 for ``<eos>``)^length_penalty."""

@@ -149,8 +149,9 @@ def apply_latency_preset(args: argparse.Namespace, task: str | None = None) -> N
     """Set the arguments of the ``--latency`` preset of ``task`` (None: the arguments' ``task``, else
     ``transcribe``) that were not given on the command line; the ones given win. The segment and the buffer bound
     each other (``--segment-s`` <= ``--max-buffer-s``): where only one is given, the other yields to it."""
-    chosen = preset(task or vars(args).get("task") or "transcribe", args.latency)
     given = vars(args).get(GIVEN) or set()
+    chosen = preset(task or vars(args).get("task") or "transcribe", args.latency).for_model(
+        vars(args).get("model"), "ctc_head" in given)
     for name, value in chosen.settings.items():
         if name not in given:
             setattr(args, name, value)

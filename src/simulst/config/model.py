@@ -9,6 +9,7 @@ from simulst.errors import OptionError
 
 WINDOWS = ("full", "audio")
 TASKS = ("transcribe", "translate")
+DEFAULT_MODEL = "whisper-tiny.en"  # the model loaded when none is named (ModelOptions.name None); it ships a CTC head
 PRECISIONS = ("fp32", "int8")
 
 

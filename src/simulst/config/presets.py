@@ -5,7 +5,8 @@ them meaning; a transcription does not), so each task has its own three points, 
 and each backed by a row of ``bench/results/quality_latency.md``. A preset is a set of option values applied
 *under* the user's flags: a flag given on the command line always wins over the preset.
 
-* ``low`` — the least delay: words appear as soon as the model is fairly sure of them.
+* ``low`` — the least delay: words appear as soon as the model is fairly sure of them (transcription: the CTC
+  policy where the model ships a CTC head; see :meth:`Preset.for_model`).
 * ``balanced`` — the default: close to offline quality at a delay a live audience accepts.
 * ``accurate`` — the best quality a live stream gets on a CPU, at a few seconds' delay.
 
@@ -23,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from simulst.config.fields import FLAG
-from simulst.config.model import TASKS, ModelOptions
+from simulst.config.model import DEFAULT_MODEL, TASKS, ModelOptions
 from simulst.config.policy import PolicyOptions
 from simulst.config.stream import StreamOptions
 from simulst.errors import OptionError
@@ -41,18 +42,32 @@ class Preset:
         latency: ``low``, ``balanced`` or ``accurate``.
         summary: what a user gets, in a line.
         settings: option values by field name (model and stream options; ``policy`` as text).
+        without_ctc_head: for a preset whose policy reads a CTC head: the settings in force instead with a model
+            that ships none (:meth:`for_model`); None: the preset needs no head.
     """
 
     task: str
     latency: str
     summary: str
     settings: Mapping[str, Any] = field(default_factory=dict)
+    without_ctc_head: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
-        unknown = set(self.settings) - (set(_FLAGS) & (_MODEL_FIELDS | _STREAM_FIELDS))
-        if unknown:
-            raise ValueError(f"preset {self.task}/{self.latency}: unknown options {sorted(unknown)}")
+        if self.without_ctc_head is not None:
+            object.__setattr__(self, "without_ctc_head", MappingProxyType(dict(self.without_ctc_head)))
+        for settings in (self.settings, self.without_ctc_head or {}):
+            unknown = set(settings) - (set(_FLAGS) & (_MODEL_FIELDS | _STREAM_FIELDS))
+            if unknown:
+                raise ValueError(f"preset {self.task}/{self.latency}: unknown options {sorted(unknown)}")
+
+    def for_model(self, name: str | None, ctc_head_given: bool = False) -> Preset:
+        """The preset as it applies to the model ``name`` (None: the default model): where its policy reads a CTC
+        head and the model ships none (any model but the default, Whisper tiny.en, by name) and no head is given
+        (``ctc_head_given``), its ``without_ctc_head`` settings; else itself."""
+        if self.without_ctc_head is None or ctc_head_given or name in (None, DEFAULT_MODEL):
+            return self
+        return Preset(self.task, self.latency, self.summary, self.without_ctc_head)
 
     def model_settings(self) -> dict[str, Any]:
         """The settings that are :class:`ModelOptions` fields."""
@@ -99,9 +114,16 @@ _OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low and ac
 _LISTENS = {"vad": True}
 _NO_VAD = {"vad": False}
 
+# A transcription's low point runs the CTC online policy (a chunk's search stops where the CTC head says the audio
+# is used up; no second decode has to agree) over 400 ms chunks, with the balanced point's VAD and cuts
+# (bench/results/quality_latency_grids.md, longform_phases_low/). Only Whisper tiny.en ships a CTC head: with another
+# model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
+_LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}
+
 _ALL = (
-    Preset("transcribe", "low", "words sooner: smaller chunks, the low-confidence guard only at -1.5",
-           {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}),
+    Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
+           {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS},
+           without_ctc_head=_LOW_WITHOUT_CTC_HEAD),
     Preset("transcribe", "balanced", "600 ms chunks, LocalAgreement-2, pauses skipped (VAD), cut at sentence ends "
            "past 10 s", {**_FEWER_CUTS, **_LISTENS}),
     Preset("transcribe", "accurate", "1 s chunks and a 15 s buffer: fewer, better-informed commits",
@@ -133,8 +155,9 @@ def preset(task: str, latency: str = DEFAULT_LATENCY) -> Preset:
 def preset_options(task: str, latency: str = DEFAULT_LATENCY, model: ModelOptions | None = None,
                    stream: StreamOptions | None = None) -> tuple[ModelOptions, StreamOptions]:
     """``model`` and ``stream`` options (defaults when None) with the preset's settings applied over them, for
-    ``task`` (the model options' task is set to it)."""
-    chosen = preset(task, latency)
-    model = dataclasses.replace(model or ModelOptions(), task=task, **chosen.model_settings())
+    ``task`` (the model options' task set to it; :meth:`Preset.for_model` of the model options' name and head)."""
+    model = model or ModelOptions()
+    chosen = preset(task, latency).for_model(model.name, model.ctc_head is not None)
+    model = dataclasses.replace(model, task=task, **chosen.model_settings())
     stream = dataclasses.replace(stream or StreamOptions(), **chosen.stream_settings())
     return model, stream

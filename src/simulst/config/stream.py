@@ -40,6 +40,14 @@ class StreamOptions:
             Why: a transcribing model's early guesses are where its streaming errors come from, and the stricter
             threshold removes them for a little more latency; a translating model's tokens are less confident, so
             the same threshold would hold its output back far longer (``bench/results/performance_logprob.md``).
+        word_logprob_threshold: a non-final chunk commits no word that holds a token whose score in the best
+            hypothesis (its log-probability) is below this, nor anything after it, unless the previous chunk's
+            decode had the same output up to that token; what comes before the word is committed. A decode
+            committed whole (a segment end, the source end, a full buffer) is not held back. None (the default):
+            off. Why: a policy that commits from one hypothesis (the CTC policy) also commits
+            the single unlikely word a decoder guesses from too little audio ("the cab as juice" for "the cabbage
+            juice"), which an agreement policy would see change in the next chunk; a whole chunk's mean
+            (``logprob_threshold``) lets one such word through among confident ones.
         loop_guard: no n-gram of tokens is committed more than 3 times in a row (1-3 tokens) or twice (longer),
             no 12-token span a third time within 100 tokens, and no 6-token span again within 60 tokens: the cut-off
             guards against Whisper's repetition loops ("however, however, ...", a sentence said over and over,
@@ -94,6 +102,10 @@ class StreamOptions:
         f"--segment-s long (auto: {EARLY_LOGPROB_WHEN_TRANSCRIBING:g} when transcribing, off when translating, "
         "whose tokens are less confident; none: off)", group=ONLINE, metavar="L|auto|none",
         parse=auto_or_optional_float))
+    word_logprob_threshold: float | None = field(default=None, metadata=flag(
+        "--word-logprob-threshold", "a chunk commits no word holding a token the search scored below L, nor "
+        "anything after it, until two decodes agree on it (none: off)", group=ONLINE, metavar="L|none",
+        parse=optional_float))
     loop_guard: bool = field(default=True, metadata=flag(
         "--loop-guard", "never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than twice, "
         "a 12-token span a third time within 100 tokens, or a 6-token span again within 60 tokens", group=ONLINE))
@@ -131,7 +143,7 @@ class StreamOptions:
         if isinstance(self.early_logprob_threshold, str) and self.early_logprob_threshold != "auto":
             raise OptionError(f"the early log-probability threshold is a number, auto or none, "
                               f"got {self.early_logprob_threshold!r}")
-        for threshold in (self.logprob_threshold, self.early_logprob_threshold):
+        for threshold in (self.logprob_threshold, self.early_logprob_threshold, self.word_logprob_threshold):
             if isinstance(threshold, float) and math.isnan(threshold):
                 raise OptionError("the log-probability threshold must be a number")
         if self.no_speech_threshold is not None and not 0.0 <= self.no_speech_threshold <= 1.0:

@@ -34,6 +34,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from simulst.config.model import DEFAULT_MODEL
 from simulst.errors import ModelLoadError
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
     "resolve",
 ]
 
-DEFAULT_NAME = "whisper-tiny.en"
+DEFAULT_NAME = DEFAULT_MODEL
 """The model ``load_model(None)`` loads."""
 
 STAMP = "simulst-stamp.json"

@@ -97,8 +97,11 @@ class Beam:
         return Beam(self.tokens[:keep], self.scores[:searched], False, self.trace)
 
     def hypothesis(self) -> Hypothesis:
-        """As a :class:`Hypothesis` (its score: the searched tokens' scores; its trace as its ``alignment``)."""
-        return Hypothesis(self.tokens, self.score, self.finished, self.trace)
+        """As a :class:`Hypothesis` (its score: the searched tokens' scores, each token's own among its
+        ``token_scores``; its trace as its ``alignment``)."""
+        steps = [b - a for a, b in zip((0.0, *self.scores), self.scores, strict=False)]
+        return Hypothesis(self.tokens, self.score, self.finished, self.trace,
+                          tuple(steps[:-1] if self.finished else steps))
 
 
 def rank(beams: Sequence[Beam], length_penalty: float) -> list[Beam]:

@@ -232,7 +232,7 @@ class ChunkDecoder:
         if not hyps:  # (the searcher judged the encoding to hold no speech)
             return Decoded(read, [], enc, prompt, self.buffer.offset, base)
         if before:  # the policies and the commit path see whole outputs
-            hyps = [Hypothesis(before + h.tokens, h.score, h.finished, h.alignment) for h in hyps]
+            hyps = [Hypothesis(before + h.tokens, h.score, h.finished, h.alignment, h.token_scores) for h in hyps]
         return Decoded(read, hyps, enc, prompt, self.buffer.offset, base)
 
     def _max_new(self, audio: np.ndarray, prefix: int) -> int:

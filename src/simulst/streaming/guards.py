@@ -5,6 +5,8 @@
   threshold (*early*) while the audio decoded is at most a segment long;
 * silent tail: at the end of a trimmed stream, what is left of the buffer is decoded only when Silero VAD hears
   speech in it;
+* unsure word: a chunk commits no word holding a token scored below a threshold (nor anything after it) until two
+  consecutive decodes agree on it;
 * loop: no repetition loop is committed (:func:`~simulst.streaming.commit.loop_free_length`).
 
 Which guard applies to which decode is the :class:`~simulst.streaming.decoding.DecodeReason`'s business.
@@ -39,6 +41,7 @@ class Guards:
         self.no_speech_threshold = options.no_speech_threshold
         self.logprob_threshold = options.logprob_threshold
         self.early_logprob_threshold = options.early_threshold(translates)
+        self.word_logprob_threshold = options.word_logprob_threshold
         self.loop_guard = options.loop_guard
         self.vad_threshold = options.vad_threshold
         self.segment = segment
@@ -66,6 +69,27 @@ class Guards:
             return False
         costs.count("unsure_skips")
         return True
+
+    def sure_words(self, target: Sequence[int], best: Hypothesis, previous: Sequence[int], committed: int,
+                   tokenizer: Tokenizer, costs: Costs) -> Sequence[int]:
+        """The unsure-word guard: ``target`` (a chunk's commitment) cut before the first word after the ``committed``
+        tokens that holds a token the search scored below the threshold - unless the ``previous`` chunk's best
+        hypothesis agreed on the output up to that token (a rare word heard the same twice is not a guess) - back
+        to that word's start. Only tokens where ``target`` follows ``best`` (whose scores they are) are judged."""
+        threshold = self.word_logprob_threshold
+        if threshold is None:
+            return target
+        for i in range(committed, min(len(target), len(best.tokens))):
+            if target[i] != best.tokens[i]:
+                break
+            score = best.token_score(i)
+            if score is not None and score < threshold and tuple(previous[: i + 1]) != tuple(target[: i + 1]):
+                keep = i
+                while keep > committed and not tokenizer.starts_word(target[keep]):
+                    keep -= 1  # back to the start of the unsure token's word
+                costs.count("unsure_word_holds")
+                return target[:keep]
+        return target
 
     def silent_tail(self, audio: np.ndarray, rate: int, costs: Costs) -> bool:
         """True when Silero VAD finds no speech in ``audio``, what is left of a trimmed stream's buffer at its end

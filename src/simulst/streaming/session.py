@@ -95,6 +95,7 @@ class Session(OutputView):
         self.decoder = ChunkDecoder(model, options, searcher, self.buffer, self.guards, self.prompt, st.output,
                                     st.costs)
         self.segmenter = VadSegmenter.for_stream(options, rate) if options.vad else None
+        self._previous_best: tuple[int, ...] = ()  # the last chunk decode's best hypothesis (the unsure-word guard)
 
     @property
     def sample_rate(self) -> int:
@@ -172,6 +173,12 @@ class Session(OutputView):
         start = time.perf_counter()
         committed = st.output.committed
         target = target_tokens(decoded.hyps, reason.commits_whole, committed, self.policy, st.policy, self.context)
+        if not reason.commits_whole:
+            if decoded.hyps:
+                target = self.guards.sure_words(target, decoded.hyps[0], self._previous_best, len(committed),
+                                                self.model.tokenizer, st.costs)
+            searched = self.decoder.last.hyps  # (the decode as searched: a held one's hypotheses too)
+            self._previous_best = searched[0].tokens if searched else ()
         target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs)
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
