@@ -67,6 +67,7 @@ from common import (
     machine_note,
     markdown_table,
     seconds,
+    speed_anchor_ms,
     write_csv,
     write_report,
 )
@@ -245,6 +246,7 @@ def main() -> None:
     args = parser.parse_args()
     logs_root = args.out / "quality_latency"
     load_before = load_average()
+    anchor_ms = speed_anchor_ms() if args.realtime and not args.rescore else None  # (timings compare by machine)
     table = configs(args.task)
     test = items(args.task)[: args.limit]
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
@@ -287,7 +289,8 @@ def main() -> None:
     if args.peers is not None:
         rows += [score_row(args.task, f"peer: {name}", name, records, logs)
                  for name, records in read_peers(args.peers, args.task).items()]
-    write(args.out, args.task, rows, machine_note(load_before), [] if args.rescore else names, args.realtime)
+    write(args.out, args.task, rows, machine_note(load_before, anchor_ms), [] if args.rescore else names,
+          args.realtime)
 
 
 def write(out: Path, task: str, rows: list[dict[str, Any]], note: str, ran: Sequence[str], realtime: bool) -> None:
