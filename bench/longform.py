@@ -360,13 +360,8 @@ def sentence_delays(report: LongformReport) -> list[float | None]:
     return [sentence_stream_laal(s) for s in sorted(report.sentences, key=lambda s: s.index)]
 
 
-def quality_metric(loaded: Talk) -> str:
-    """The quality column's metric: BLEU for a translation, else WER_whisper."""
-    return talk_metric(loaded.model_options)
-
-
 def talk_metric(model_options: ModelOptions) -> str:
-    """BLEU for a talk translated, else WER_whisper."""
+    """The quality column's metric: BLEU for a talk translated, else WER_whisper."""
     return "BLEU" if model_options.task == "translate" else "WER_whisper"
 
 
@@ -552,7 +547,7 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
     measures the same over the 6 utterances)."""
     loaded = Talk.load(talk, config, sets)
     name, stream_options = loaded.name, loaded.stream_options
-    quality_key = quality_metric(loaded)
+    quality_key = talk_metric(loaded.model_options)
     first = stream_options.initial_wait_ms or stream_options.chunk_ms
     rows: list[dict[str, Any]] = []
     hypotheses: list[list[str]] = []
@@ -650,10 +645,11 @@ def read_phase_outputs(results: Path) -> tuple[list[dict[str, Any]], list[PhaseR
     return rows, runs
 
 
-def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], phases: int, run_note: str, results: Path,
+def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str, results: Path,
                  default_from: Path | None = None) -> None:
     """``longform_phases.md`` in ``results``: the table, and each config against the ``default`` among ``runs``
     (kept in ``default_from`` when given: its folder is named)."""
+    phases = max(len(run.hypotheses) for run in runs)
     pooled_rows = phase_intervals(runs)
     lines = [
         "# Long-form streaming over chunk phases",
@@ -703,8 +699,7 @@ def rescore_phases(results: Path, default_from: Path | None) -> None:
     old = page.read_text(encoding="utf-8").splitlines() if page.is_file() else []
     notes = [line.removeprefix("Run: ").removesuffix(".").partition(RESCORED)[0] for line in old
              if line.startswith("Run: ")]
-    phases = max(len(run.hypotheses) for run in runs)
-    write_phases(rows, runs, phases, (notes[0] if notes else "not recorded") + RESCORED
+    write_phases(rows, runs, (notes[0] if notes else "not recorded") + RESCORED
                  + f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", results, default_from)
 
 
@@ -748,7 +743,7 @@ def main() -> None:
             phase_tables += table
             phase_runs.append(phase_run)
         write_phase_outputs(phase_tables, phase_runs, args.out)
-        write_phases(phase_tables, phase_runs, args.phases,
+        write_phases(phase_tables, phase_runs,
                      f"{machine_note(load_before)} (quality does not depend on the machine's speed)", args.out)
         return
     anchor_ms = speed_anchor_ms()

@@ -84,11 +84,8 @@ class Guards:
                 break
             score = best.token_score(i)
             if score is not None and score < threshold and tuple(previous[: i + 1]) != tuple(target[: i + 1]):
-                keep = i
-                while keep > committed and not tokenizer.starts_word(target[keep]):
-                    keep -= 1  # back to the start of the unsure token's word
                 costs.count("unsure_word_holds")
-                return target[:keep]
+                return target[: _word_start(target, i, committed, tokenizer)]
         return target
 
     def silent_tail(self, audio: np.ndarray, rate: int, costs: Costs) -> bool:
@@ -121,7 +118,13 @@ class Guards:
         keep = loop_free_length(target, committed)
         if keep == len(target):
             return target, False
-        while keep > committed and not tokenizer.starts_word(target[keep]):
-            keep -= 1  # cut back to a whole word
         costs.count("loop_cuts")
-        return target[:keep], True
+        return target[: _word_start(target, keep, committed, tokenizer)], True
+
+
+def _word_start(tokens: Sequence[int], index: int, floor: int, tokenizer: Tokenizer) -> int:
+    """Where the word that holds ``tokens[index]`` starts (a cut there keeps whole words), never before ``floor``
+    (the committed tokens)."""
+    while index > floor and not tokenizer.starts_word(tokens[index]):
+        index -= 1
+    return index
