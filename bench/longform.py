@@ -12,7 +12,8 @@ WER after Whisper's EnglishTextNormalizer (``WER_whisper``), with the project's 
 the quality column before) beside it; ``vs_default``: the paired bootstrap interval (95 %, over the reference
 sentences) of the run's quality minus that of the same talk's ``default`` run on the same clock, when the runs
 include it; a config run on more than one talk of a task is also compared with ``default`` over all their sentences
-(the pooled table).
+(the pooled table). The bootstrap draws distinct reference sentences (``clusters``): the English talk repeats its 6
+utterances 11 times, and the copies of one sentence are drawn together (:func:`sentence_clusters`).
 
 A run's talk may be a set of several talks (``ls``: the 5 LibriSpeech readings of about 77 s, one wav each): each
 talk is streamed on its own (a fresh stream, its own clock from 0), and the set is scored as one
@@ -39,8 +40,8 @@ Computation-aware time comes from one of two clocks (the run's ``@clock``):
 ``--phases K`` instead streams each run's talk on K chunk grids shifted by k/K of a chunk (source clock) and writes
 ``bench/results/longform_phases.md``: one grid's WER is one draw of where the chunk boundaries fall. Each config run
 beside ``default`` is compared with it over all the grids and all the talks of one metric (a paired bootstrap over
-the reference sentences, each with its outputs on every grid), on quality and on StreamLAAL, and the per-grid
-sentence outputs and their StreamLAAL are written to ``longform_phases_hypotheses.tsv``.
+the distinct reference sentences, each with its copies and its outputs on every grid), on quality and on
+StreamLAAL, and the per-grid sentence outputs and their StreamLAAL are written to ``longform_phases_hypotheses.tsv``.
 
 ``--phases-rescore`` runs nothing: it reads the ``longform_phases.csv`` and ``longform_phases_hypotheses.tsv`` kept
 in ``--out`` and writes that folder's page again, comparing its configs with the ``default`` kept there or, with
@@ -60,7 +61,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad-0.6s": ("balanced", {"vad": True, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "vad-0.8s": ("balanced", {"vad": True, "chunk_ms": 800.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "encoder-int8": ("balanced", {}, {"encoder_precision": "int8"}),
+    "final-beam5": ("balanced", {"search": SearchOptions(final_beam=5)}, {}),
+    "low-final-beam5": ("low", {"search": SearchOptions(final_beam=5)}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -443,7 +446,7 @@ def add_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]], refer
         base = _default_run(rows, row)
         if base is None or rows[base] is row:
             continue
-        row["vs_default"] = paired_bootstrap(_metric(row), hypotheses[base], hyps, refs).describe()
+        row["vs_default"] = paired_bootstrap(_metric(row), hypotheses[base], hyps, refs, clusters=refs).describe()
 
 
 def pooled_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]],
@@ -463,9 +466,11 @@ def pooled_intervals(rows: list[dict[str, Any]], hypotheses: list[list[str]],
             continue
         interval = paired_bootstrap(metric, [h for _, b in runs for h in hypotheses[b]],
                                     [h for k, _ in runs for h in hypotheses[k]],
-                                    [r for k, _ in runs for r in references[k]])
+                                    [r for k, _ in runs for r in references[k]],
+                                    clusters=[(rows[k]["talk"], r) for k, _ in runs for r in references[k]])
         pooled_rows.append({"metric": metric, "config": config, "clock": clock,
-                            "talks": " + ".join(rows[k]["talk"] for k, _ in runs), "sentences": interval.n,
+                            "talks": " + ".join(rows[k]["talk"] for k, _ in runs),
+                            "sentences": sum(len(references[k]) for k, _ in runs), "clusters": interval.n,
                             "quality": interval.b, "default_quality": interval.a, "vs_default": interval.describe()})
     return pooled_rows
 
@@ -594,12 +599,16 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
     def row(metric: str, config: str, group: list[PhaseRun]) -> dict[str, Any]:
         base_stats = np.concatenate([stats[(run.talk, "default")][0] for run in group])
         run_stats = np.concatenate([stats[(run.talk, run.config)][0] for run in group])
-        interval = bootstrap_from_stats(metric, base_stats, run_stats, stats[(group[0].talk, config)][1])
+        clusters = sentence_clusters(group)
+        interval = bootstrap_from_stats(metric, base_stats, run_stats, stats[(group[0].talk, config)][1],
+                                        clusters=clusters)
         base_delays = np.concatenate([delay_stats[(run.talk, "default")][0] for run in group])
         run_delays = np.concatenate([delay_stats[(run.talk, run.config)][0] for run in group])
-        delay = bootstrap_from_stats("StreamLAAL", base_delays, run_delays, delay_stats[(group[0].talk, config)][1])
+        delay = bootstrap_from_stats("StreamLAAL", base_delays, run_delays, delay_stats[(group[0].talk, config)][1],
+                                     clusters=clusters)
         return {"metric": metric, "config": config, "talks": " + ".join(run.talk for run in group),
-                "phases": len(group[0].hypotheses), "sentences": interval.n, "quality": interval.b,
+                "phases": len(group[0].hypotheses), "sentences": len(clusters), "clusters": interval.n,
+                "quality": interval.b,
                 "default_quality": interval.a, "vs_default": interval.describe(),
                 "StreamLAAL": delay.b, "default_StreamLAAL": delay.a, "AL_vs_default": delay.describe()}
 
@@ -607,7 +616,14 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
             for part in ([[run] for run in group] + ([group] if len(group) > 1 else []))]
 
 
-PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "quality", "default_quality",
+def sentence_clusters(runs: Sequence[PhaseRun]) -> list[tuple[str, str]]:
+    """The bootstrap's unit of each reference sentence of ``runs`` (in order): its talk and its text. The English
+    talk says each of its 6 utterances 11 times, and an error the model makes on one sentence it mostly makes on
+    every copy: the copies are one draw, not 11 (the LibriSpeech readings' 50 sentences are all distinct)."""
+    return [(run.talk, reference) for run in runs for reference in run.references]
+
+
+PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "clusters", "quality", "default_quality",
                         "vs_default", "StreamLAAL", "default_StreamLAAL", "AL_vs_default"]
 
 
@@ -674,8 +690,9 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
             + (f" (kept in [`{default_from.name}/`](../{default_from.name}/longform_phases.md): the same grids, the "
                "same default, deterministic)" if default_from is not None else "")
             + " over every grid of each talk, and of every talk of one metric both ran on, with the paired "
-            "bootstrap interval of the difference (95 %, 1000 resamples of the "
-            "reference sentences, each with its outputs on all the grids); the same for the delay: `StreamLAAL` is "
+            "bootstrap interval of the difference (95 %, 1000 resamples of the distinct "
+            "reference sentences, each with its copies and its outputs on all the grids: `clusters`, 6 for the "
+            "English talk's 66 sentences); the same for the delay: `StreamLAAL` is "
             "the mean over every sentence and grid with output (s, source clock), `AL_vs_default` its difference "
             "from the default's with its interval. The per-grid sentence outputs and their StreamLAAL are in "
             "`longform_phases_hypotheses.tsv`.",
@@ -775,8 +792,9 @@ def main() -> None:
         "metric. `WER_norm` / `offline_WER_norm`: the run's and the offline WER after the project's own "
         "normalisation (`normalize_for_wer`; the `quality` of English rows before 2026-11-26). `vs_default`: the "
         "run's `quality` minus that of the same talk's `default` run on the same clock, with its 95 % paired "
-        "bootstrap interval over the reference sentences (1000 resamples; an interval holding 0 is no "
-        "difference). Latency in seconds: StreamLAAL (resegmented onto the reference sentences, "
+        "bootstrap interval over the distinct reference sentences (1000 resamples, the copies of a repeated "
+        "sentence drawn together; an interval holding 0 is no difference). Latency in seconds: StreamLAAL "
+        "(resegmented onto the reference sentences, "
         "equal to OmniSTEval) and its computation-aware form (`clock`: `simulated` = a real-time clock simulated from "
         "this machine's compute per chunk; `realtime` = the audio fed at wall-clock pace, exactly `--realtime`, "
         "emissions stamped with the wall clock; see the script); "
@@ -801,7 +819,8 @@ def main() -> None:
         "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; `ctc-30` / `ctc-40`: `--policy "
         "ctc:-30` / `ctc:-40` (C_end -30 / -40: later stops, fewer guessed words); `ctc-w1` / `ctc-w1.5` / "
         "`ctc-w2`: `--policy ctc --word-logprob-threshold -1` / `-1.5` / `-2`; "
-        "`encoder-int8`: `--encoder-precision int8`; `accurate-segment-10`: "
+        "`encoder-int8`: `--encoder-precision int8`; `final-beam5` / `low-final-beam5`: `--final-beam 5` over "
+        "`balanced` / `low`; `accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "
         "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "
@@ -818,7 +837,7 @@ def main() -> None:
             "task both ran on (same clock; WER_whisper over the English talks, BLEU over the translated ones), with "
             "the paired bootstrap interval of the difference over those sentences (95 %, 1000 resamples). The "
             "per-sentence outputs are in `longform_hypotheses.tsv`.", "",
-            markdown_table(pooled_rows, ["metric", "config", "clock", "talks", "sentences", "quality",
+            markdown_table(pooled_rows, ["metric", "config", "clock", "talks", "sentences", "clusters", "quality",
                                          "default_quality", "vs_default"]), ""] if pooled_rows else []),
         f"![per minute]({png.name})",
         "",

@@ -11,8 +11,10 @@ the grids: its grids are not independent draws, the utterances are).
 
 ``A1,A2,...:B1,B2,...``: the logs of A and of B on the same grids, in the same order; a name is a row of the main
 table (``quality_latency/<task>/NAME/``) or a variant (``quality_latency/<task>_explore/NAME/``). Writes
-``bench/results/quality_latency_grids.md``: per comparison, each side's mean quality and AL over the grids, and
-the pooled interval of B − A. It runs nothing: the logs come from ``quality_latency.py`` (``--variant``).
+``bench/results/quality_latency_grids.md`` (transcribe; ``quality_latency_grids_translate.md``: translate) anew,
+with the comparisons asked for (name the page's earlier ones again): per comparison, each side's mean quality and AL
+over the grids, and the pooled interval of B − A. It runs nothing: the logs come from ``quality_latency.py``
+(``--variant``).
 """
 
 from __future__ import annotations
@@ -61,12 +63,17 @@ def pooled_interval(metric: str, grids_a: Sequence[Sequence[InstanceRecord]],
     return bootstrap_from_stats(metric, stats_a, stats_b, score)
 
 
+def grids_page(task: str) -> str:
+    """The task's page: one per task (each run writes its task's comparisons, all of them, again)."""
+    return "quality_latency_grids.md" if task == "transcribe" else f"quality_latency_grids_{task}.md"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=TASKS, required=True)
     parser.add_argument("--compare", action="append", required=True, metavar="A1,A2,...:B1,B2,...")
     args = parser.parse_args()
-    metric = QUALITY[args.task][0]
+    metric, second = QUALITY[args.task]
     rows = []
     for spec in args.compare:
         side_a, sep, side_b = spec.partition(":")
@@ -75,20 +82,22 @@ def main() -> None:
         names_a, names_b = side_a.split(","), side_b.split(",")
         grids_a = [log_of(args.task, n) for n in names_a]
         grids_b = [log_of(args.task, n) for n in names_b]
-        interval = pooled_interval(metric, grids_a, grids_b)
+        interval, also = pooled_interval(metric, grids_a, grids_b), pooled_interval(second, grids_a, grids_b)
         rows.append({"task": args.task, "A": side_a, "B": side_b, "grids": len(grids_a), "n": interval.n,
                      f"{metric}_A": interval.a, f"{metric}_B": interval.b,
                      "AL_A": float(np.mean([mean_al(args.task, g) for g in grids_a])),
-                     "AL_B": float(np.mean([mean_al(args.task, g) for g in grids_b])), "B − A": interval.describe()})
-    columns = ["task", "A", "B", "grids", "n", f"{metric}_A", f"{metric}_B", "AL_A", "AL_B", "B − A"]
+                     "AL_B": float(np.mean([mean_al(args.task, g) for g in grids_b])), "B − A": interval.describe(),
+                     f"B − A ({second})": also.describe()})
+    columns = ["task", "A", "B", "grids", "n", f"{metric}_A", f"{metric}_B", "AL_A", "AL_B", "B − A",
+               f"B − A ({second})"]
     header = (
         "# Configurations compared over chunk grids (short-form dev set)\n\n"
         "Written by `bench/pooled_grids.py` (its docstring says how) from the logs of `bench/quality_latency.py`. "
         f"`{metric}_A` / `_B`: the corpus score of all the grids' outputs together; AL: the mean over the grids "
         "(seconds, source clock); `B − A`: the paired bootstrap 95 % interval over utterances, each drawn with its "
-        "outputs on every grid.\n\n"
+        f"outputs on every grid; `B − A ({second})`: the same for {second}.\n\n"
     )
-    page = RESULTS / "quality_latency_grids.md"
+    page = RESULTS / grids_page(args.task)
     write_report(page, header + markdown_table(rows, columns))
     print(page.read_text(encoding="utf-8"))
 

@@ -17,7 +17,9 @@ choice made on de + fr, never to choose.
 
 A variant (``bench/quality_latency.py``'s ``--variant``: command-line flags over ``--latency balanced``) is run on
 es + pt and compared with ``balanced`` on both sets; its de + fr log is the one ``quality_latency.py --variant``
-kept (``translate_explore/NAME/``).
+kept (``translate_explore/NAME/``). A variant named ``...-grid-K`` is one more chunk grid of a configuration
+(``--initial-wait-ms``), compared with nothing alone: ``--pool "A1,A2,A3:B1,B2,B3"`` compares two configurations
+over their grids, each utterance drawn with its outputs on every grid (as ``bench/pooled_grids.py``).
 
 Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
 ``bench/results/quality_latency/translate_es_pt/<config>/instances.log``.
@@ -26,23 +28,25 @@ Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulst.evaluation.bootstrap import paired_bootstrap
+from simulst.evaluation.bootstrap import bootstrap_from_stats, paired_bootstrap
 from simulst.evaluation.instances import InstanceRecord, read_log, write_log
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.quality import bleu, chrf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, load_average, machine_note, markdown_table, write_report
+from common import DATA, grid_statistics, load_average, machine_note, markdown_table, write_report
 from quality_latency import RESULTS, configs, explored, parse_variant, run
 
 LANGS = ("es", "pt")
 PRESET_CONFIGS = ("offline", "before", "low", "balanced", "accurate")
 PAIRS = (("before", "balanced"), ("before", "accurate"), ("before", "low"), ("low", "balanced"))
+GRID = re.compile(r"-grid-\d+$")  # (a variant that is another chunk grid of a configuration: pooled, not paired)
 
 
 def items(langs: Sequence[str]) -> list[tuple[str, TestItem]]:
@@ -76,14 +80,45 @@ def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str,
     return rows
 
 
+def pooled_rows(logs: dict[str, list[InstanceRecord]], data: str,
+                pools: Sequence[tuple[list[str], list[str]]]) -> list[dict[str, object]]:
+    """Per pool (A's grids, B's grids, in the same order): the paired bootstrap interval of B − A in agreement with
+    offline over all the grids, each utterance drawn with its outputs on every grid."""
+    offline = [r.prediction for r in logs["offline"]]
+    rows: list[dict[str, object]] = []
+    for names_a, names_b in pools:
+        if not all(name in logs for name in [*names_a, *names_b]):
+            continue
+        row: dict[str, object] = {"data": data, "config": f"{','.join(names_b)} − {','.join(names_a)}",
+                                  "n": len(offline)}
+        for metric in ("BLEU", "chrF"):
+            stats_a, score = grid_statistics(metric, [[r.prediction for r in logs[n]] for n in names_a], offline)
+            stats_b, _ = grid_statistics(metric, [[r.prediction for r in logs[n]] for n in names_b], offline)
+            row[f"{metric}_vs_offline"] = bootstrap_from_stats(metric, stats_a, stats_b, score).describe()
+        rows.append(row)
+    return rows
+
+
+def parse_pool(spec: str) -> tuple[list[str], list[str]]:
+    """``A1,A2,...:B1,B2,...``: the grids of A and of B."""
+    side_a, sep, side_b = spec.partition(":")
+    names_a, names_b = side_a.split(","), side_b.split(",")
+    if not sep or len(names_a) != len(names_b):
+        raise SystemExit(f"bad --pool {spec!r}: A1,A2,...:B1,B2,... (as many grids on each side)")
+    return names_a, names_b
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default=",".join(PRESET_CONFIGS),
                         help="the configurations to run on es + pt (the others' kept logs are scored); '': none")
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="FLAGS"',
                         help="also run a variant of balanced (as quality_latency.py's --variant; repeatable)")
+    parser.add_argument("--pool", action="append", default=[], metavar="A1,A2,...:B1,B2,...",
+                        help="also compare two configurations over their chunk grids (repeatable)")
     parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
     args = parser.parse_args()
+    pools = [parse_pool(spec) for spec in args.pool]
     load_before = load_average()
     table = configs("translate")
     to_run = [n.strip() for n in args.configs.split(",") if n.strip()]
@@ -92,8 +127,9 @@ def main() -> None:
         chosen = parse_variant("translate", spec)
         table[chosen.name] = chosen
         to_run.append(chosen.name)
-        pairs.append(("balanced", chosen.name))
-    names = list(dict.fromkeys([*PRESET_CONFIGS, *to_run]))
+        if not GRID.search(chosen.name):
+            pairs.append(("balanced", chosen.name))
+    names = list(dict.fromkeys([*PRESET_CONFIGS, *to_run, *(n for a, b in pools for n in [*a, *b])]))
     root = RESULTS / "quality_latency"
     logs: dict[str, list[InstanceRecord]] = {}
     for name in names:
@@ -111,7 +147,8 @@ def main() -> None:
            if (root / "translate" / name / "instances.log").is_file()}
     dev.update({name: log for name, (_, log) in explored(root, "translate").items() if name in names})
     references = [r.reference or "" for r in dev["offline"]]
-    rows = agreement_rows(logs, "es+pt (not tuned on)", pairs) + agreement_rows(dev, "de+fr (tuned on)", pairs)
+    rows = (agreement_rows(logs, "es+pt (not tuned on)", pairs) + pooled_rows(logs, "es+pt (not tuned on)", pools)
+            + agreement_rows(dev, "de+fr (tuned on)", pairs) + pooled_rows(dev, "de+fr (tuned on)", pools))
     for row in rows:  # on de + fr the real references too, to compare the proxy's ranking with theirs
         config = str(row["config"])
         if str(row["data"]).startswith("de+fr") and config in dev:

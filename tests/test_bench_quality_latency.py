@@ -84,3 +84,19 @@ def test_grids_are_pooled_per_utterance() -> None:
     assert interval.low == pytest.approx(-100 / 8) and interval.high == pytest.approx(50.0)
     with pytest.raises(SystemExit):
         pooled_interval("WER_whisper", a, b[:1])
+
+
+def test_agreement_with_offline_is_pooled_over_grids_and_grid_variants_are_not_paired() -> None:
+    from translate_agreement import GRID, parse_pool, pooled_rows
+
+    offline = ["a b c d", "e f"]
+    logs = {"offline": _log(offline, ["", ""]),
+            "x": _log(["a b c d", "e f"], ["", ""]), "x-grid-1": _log(["a b c d", "e f"], ["", ""]),
+            "y": _log(["a b c d", "e f"], ["", ""]), "y-grid-1": _log(["q r s t", "e f"], ["", ""])}
+    [row] = pooled_rows(logs, "toy", [parse_pool("x,x-grid-1:y,y-grid-1")])
+    assert row["config"] == "y,y-grid-1 − x,x-grid-1" and row["n"] == 2
+    assert str(row["BLEU_vs_offline"]).startswith("-")  # y's second grid misses utterance 0 of offline's output
+    assert pooled_rows(logs, "toy", [parse_pool("x:z")]) == []  # (a log not kept: no row)
+    with pytest.raises(SystemExit):
+        parse_pool("x,x-grid-1:y")
+    assert GRID.search("chunk-800-grid-2") and not GRID.search("chunk-800")

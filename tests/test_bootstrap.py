@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulst.errors import OptionError
-from simulst.evaluation.bootstrap import paired_bootstrap, utterance_statistics
+from simulst.evaluation.bootstrap import cluster_sums, paired_bootstrap, utterance_statistics
 from simulst.evaluation.quality import bleu, chrf, wer, whisper_normalize
 
 REFS = ["a b", "c d"]
@@ -23,6 +23,25 @@ def test_two_utterances_by_hand() -> None:
     assert (interval.low, interval.high) == (0.0, 50.0)
     assert not interval.excludes_zero and not interval.b_better
     assert interval.describe(1) == "+25.0 [+0.0, +50.0]"
+
+
+def test_copies_of_one_sentence_are_drawn_together_in_a_cluster_bootstrap() -> None:
+    # Three copies each of "a b" and "c d"; B misses one word of every "a b" copy (B - A = 3/12 = 25).
+    # As 6 independent utterances, k error copies drawn give 100 k/12: P(k = 0) = P(k = 6) = 1/64 < 2.5 % and
+    # P(k <= 1) = P(k >= 5) = 7/64 > 2.5 %, so the interval is [100/12, 500/12] and "excludes zero".
+    # As 2 clusters (the copies drawn together) it is the two-utterance case by hand above: [0, 50].
+    refs = ["a b", "c d"] * 3
+    hyp_a, hyp_b = refs, ["a x", "c d"] * 3
+    alone = paired_bootstrap("WER", hyp_a, hyp_b, refs, samples=2000)
+    assert alone.n == 6 and alone.excludes_zero
+    assert (alone.low, alone.high) == pytest.approx((100 / 12, 500 / 12))
+    together = paired_bootstrap("WER", hyp_a, hyp_b, refs, samples=2000, clusters=refs)
+    assert together.n == 2 and together.delta == alone.delta == 25.0
+    assert (together.low, together.high) == (0.0, 50.0) and not together.excludes_zero
+    assert cluster_sums(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), ["y", "x", "y"]).tolist() == [[6.0, 8.0],
+                                                                                                      [3.0, 4.0]]
+    with pytest.raises(OptionError):
+        cluster_sums(np.zeros((2, 2)), ["one"])
 
 
 def test_worse_on_every_utterance_excludes_zero() -> None:

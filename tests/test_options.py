@@ -43,7 +43,7 @@ FLAGS = """--model --language --window --window-pad-ms --window-min-ms --precisi
 --length-penalty --max-new-tokens --normalize-peak --no-speech-threshold --logprob-threshold
 --early-logprob-threshold --word-logprob-threshold --loop-guard --no-loop-guard --segment-s --max-buffer-s
 --context-tokens --context-scope --vad --vad-threshold --vad-pause-ms --context-reset-s --ctc-threshold --ctc-head
---ctc-weight --ctc-odds""".split()
+--ctc-weight --ctc-odds --final-beam""".split()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -83,12 +83,12 @@ def test_every_flag_builds_its_field() -> None:
         "--vad", "--vad-threshold", "0.4", "--vad-pause-ms", "800", "--context-reset-s", "3", "--normalize-peak", "off",
         "--window", "full", "--window-pad-ms", "0", "--window-min-ms", "0", "--precision", "int8",
         "--encoder-precision", "int8", "--no-screen-vocabulary", "--language", "de", "--model", "m", "--device", "cpu",
-        "--ctc-weight", "0.2",
+        "--ctc-weight", "0.2", "--final-beam", "4",
     ])
     assert stream_options_from_args(args) == StreamOptions(
         chunk_ms=1000.0, initial_wait_ms=500.0, policy=PolicyOptions("hold", 3),
         search=SearchOptions("beam", beam=3, length_penalty=0.5, max_new_tokens=20, repetition_detection=True,
-                             carry_over=True, ctc_weight=0.2, draft=False),
+                             carry_over=True, ctc_weight=0.2, draft=False, final_beam=4),
         no_speech_threshold=None, logprob_threshold=-2.0, early_logprob_threshold=None, loop_guard=False,
         segment_s=6.0, max_buffer_s=9.0, context_tokens=0, context_scope="all", vad=True, vad_threshold=0.4,
         vad_pause_ms=800.0, context_reset_s=3.0, normalize_peak=None,
@@ -114,6 +114,10 @@ def test_bad_values_are_refused_where_they_are_parsed_or_built(capsys: pytest.Ca
     with pytest.raises(SystemExit) as exited:
         parser().parse_args(["--logprob-threshold", "low"])
     assert exited.value.code == 2 and "expected a number or 'none'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["--final-beam", "wide"])
+    assert exited.value.code == 2 and "expected a whole number or 'none'" in capsys.readouterr().err
+    assert stream_options_from_args(parser().parse_args(["--final-beam", "none"])).search.final_beam is None
     with pytest.raises(OptionError, match="unknown search 'viterbi'; choose one of greedy, beam"):
         stream_options_from_args(parser().parse_args(["--search", "viterbi"]))
     with pytest.raises(OptionError, match="int8 precision runs on the CPU only"):

@@ -77,6 +77,36 @@ def test_one_final_chunk_equals_offline_decoding(search: str) -> None:
     assert emission.text == model.tokenizer.decode(offline.tokens).lstrip()
 
 
+class GardenPath(ToySpeechModel):
+    """Greedy search reads " uh" then <eos> (log .5 + log .7 = -1.05, -0.52 a token); a beam of 2 also keeps " the",
+    and " the cat" <eos> scores log .45 + 2 log .95 = -0.90, -0.30 a token: the beam's choice. Audio is ignored."""
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        uh, the, cat = 1, 2, 3
+        table = {(): {uh: 0.5, the: 0.45, 0: 0.05}, (uh,): {0: 0.7, uh: 0.15, cat: 0.15}, (the,): {cat: 0.95, 0: 0.05}}
+        return table.get(tokens, {0: 0.95, uh: 0.05})
+
+
+def test_the_final_beam_searches_only_the_decodes_committed_whole() -> None:
+    model = GardenPath("the cat")
+
+    def run(policy: str, final_beam: int | None) -> list[str]:
+        model.encodes.clear()
+        search = SearchOptions("greedy", final_beam=final_beam)
+        session = Session(model, StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse(policy), search=search,
+                                               early_logprob_threshold=None, logprob_threshold=None))
+        return [e.text for e in push_in_pieces(session, tone(3000), 1000)]
+
+    assert run("offline", None) == ["uh"]
+    assert run("offline", 2) == ["the cat"]  # the one decode, committed whole: the beam's
+    # LA-2's chunks stay greedy ("uh" twice: committed at 2 s); the final decode continues the committed " uh",
+    # searching again on the 3 s chunk's encoding (the source did not grow)
+    assert run("la-2", None) == ["uh"]
+    assert run("la-2", 2) == ["uh"] and model.encodes == [1000, 2000, 3000]
+    with pytest.raises(OptionError):
+        SearchOptions(final_beam=0)
+
+
 def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:
     # With guess_p = 0.3 the toy model ends every chunk's hypothesis with <eos> after the words it has heard:
     # 1 s: "the"<eos> -> hold-0 commits "the" (the <eos> shows the word is complete) and the stream goes on.

@@ -116,6 +116,20 @@ def optional_float(text: str) -> float | None:
         raise OptionError(f"expected a number or 'none', got {text!r}") from err
 
 
+def optional_int(text: str) -> int | None:
+    """A whole number, or ``none`` / ``off`` (None).
+
+    Raises:
+        OptionError: neither.
+    """
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return int(text)
+    except ValueError as err:
+        raise OptionError(f"expected a whole number or 'none', got {text!r}") from err
+
+
 def auto_or_optional_float(text: str) -> float | Literal["auto"] | None:
     """A number, ``auto`` or ``none`` (off)."""
     return "auto" if text.strip().lower() == "auto" else optional_float(text)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulst.config.fields import CTC, ONLINE, flag
+from simulst.config.fields import CTC, ONLINE, flag, optional_int
 from simulst.config.registry import Registry
 from simulst.errors import OptionError
 
@@ -61,6 +61,11 @@ class SearchOptions:
         draft: greedy search (without a stop rule or CTC scoring) checks the previous chunk's hypothesis in its
             forced pass and decodes step by step only from the first token that differs (speculative decoding
             with a free draft): the same hypotheses in fewer decoder passes.
+        final_beam: the decodes committed whole - the source's end, a pause (VAD), a full buffer - search with a
+            length-normalised beam search of this many hypotheses (with ``length_penalty`` and ``ctc_weight``)
+            instead of ``name``'s search. Such a decode is read once and never again, as an offline decode is,
+            and what it commits has waited for all its audio already: a wider search there changes the words,
+            not when they come. None (the default): the chunk's own search.
     """
 
     name: str = field(default="greedy", metadata=flag(
@@ -88,11 +93,16 @@ class SearchOptions:
     draft: bool = field(default=True, metadata=flag(
         "--draft", "greedy search checks the previous chunk's hypothesis in its forced pass (speculative decoding: "
         "the same output in fewer decoder passes)", group=ONLINE))
+    final_beam: int | None = field(default=None, metadata=flag(
+        "--final-beam", "the decodes committed whole (the source's end, a VAD pause, a full buffer) search with a "
+        "beam of K hypotheses (none: the chunk's own search)", group=ONLINE, metavar="K|none", parse=optional_int))
 
     def __post_init__(self) -> None:
         SEARCHES.lookup(self.name)  # an unknown name raises, listing the registered ones
         if self.beam < 1:
             raise OptionError(f"beam size must be >= 1, got {self.beam}")
+        if self.final_beam is not None and self.final_beam < 1:
+            raise OptionError(f"final beam size must be >= 1, got {self.final_beam}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise OptionError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not 0.0 <= self.ctc_weight <= 1.0:

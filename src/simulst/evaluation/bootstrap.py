@@ -8,11 +8,15 @@ interval holds zero is not a result, whatever its point value.
 Corpus metrics are not means of per-utterance scores (WER is Σ errors / Σ reference words, BLEU combines n-gram
 counts), so each utterance contributes *sufficient statistics* (:func:`utterance_statistics`), the resample sums
 them, and the metric is computed from the sums - the way sacreBLEU's own significance tests resample BLEU.
+
+Utterances that are not independent draws - copies of one sentence in a talk that repeats it - are drawn together
+(``clusters``: a cluster bootstrap): their statistics are summed per cluster and the resample draws clusters, so
+an error repeated in every copy counts as one draw, not as many.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +46,7 @@ class PairedInterval:
         low, high: the interval's bounds of b − a.
         confidence: the interval's coverage (0.95: the 2.5th and 97.5th percentiles).
         samples: resamples drawn.
-        n: utterances in the test set.
+        n: the units each resample draws: utterances, or clusters of them.
     """
 
     metric: str
@@ -105,6 +109,21 @@ def utterance_statistics(
     return stats, score
 
 
+def cluster_sums(stats: np.ndarray, clusters: Sequence[Hashable]) -> np.ndarray:
+    """Per-utterance statistics (N, K) summed per cluster label, in the order the labels first occur: (C, K).
+
+    Raises:
+        OptionError: not one label per utterance.
+    """
+    if len(clusters) != stats.shape[0]:
+        raise OptionError(f"{len(clusters)} cluster labels for {stats.shape[0]} utterances")
+    index: dict[Hashable, int] = {}
+    rows = [index.setdefault(label, len(index)) for label in clusters]
+    summed = np.zeros((len(index), stats.shape[1]), dtype=np.float64)
+    np.add.at(summed, rows, stats)
+    return summed
+
+
 def _wer_from_stats(summed: np.ndarray) -> float:
     return 0.0 if summed[1] == 0 else 100.0 * float(summed[0]) / float(summed[1])
 
@@ -112,9 +131,10 @@ def _wer_from_stats(summed: np.ndarray) -> float:
 def paired_bootstrap(
     metric: str, hypotheses_a: Sequence[str], hypotheses_b: Sequence[str], references: Sequence[str],
     samples: int = 1000, confidence: float = 0.95, seed: int = 12345,
-    sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER,
+    sacrebleu_tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER, clusters: Sequence[Hashable] | None = None,
 ) -> PairedInterval:
-    """The paired bootstrap interval of metric(B) − metric(A) over the utterances (same draws for A and B).
+    """The paired bootstrap interval of metric(B) − metric(A) over the utterances (same draws for A and B);
+    ``clusters``: a label per utterance, the utterances of one label drawn together (None: each on its own).
 
     Raises:
         OptionError: unequal lengths, an empty test set, fewer than 10 samples, a confidence outside (0, 1), or
@@ -130,17 +150,19 @@ def paired_bootstrap(
         raise OptionError(f"the confidence is in (0, 1), got {confidence}")
     stats_a, score = utterance_statistics(metric, hypotheses_a, references, sacrebleu_tokenizer)
     stats_b, _ = utterance_statistics(metric, hypotheses_b, references, sacrebleu_tokenizer)
-    return bootstrap_from_stats(metric, stats_a, stats_b, score, samples, confidence, seed)
+    return bootstrap_from_stats(metric, stats_a, stats_b, score, samples, confidence, seed, clusters)
 
 
 def bootstrap_from_stats(
     metric: str, stats_a: np.ndarray, stats_b: np.ndarray, score: ScoreFromStats,
-    samples: int = 1000, confidence: float = 0.95, seed: int = 12345,
+    samples: int = 1000, confidence: float = 0.95, seed: int = 12345, clusters: Sequence[Hashable] | None = None,
 ) -> PairedInterval:
     """:func:`paired_bootstrap` on precomputed per-utterance statistics (N, K) of A and B."""
-    n = stats_a.shape[0]
     if stats_b.shape != stats_a.shape:
         raise OptionError(f"statistics of shapes {stats_a.shape} and {stats_b.shape}: not a paired test")
+    if clusters is not None:
+        stats_a, stats_b = cluster_sums(stats_a, clusters), cluster_sums(stats_b, clusters)
+    n = stats_a.shape[0]
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, n, size=(samples, n))
     counts = np.stack([np.bincount(row, minlength=n) for row in draws]).astype(np.float64)  # (samples, N)

@@ -27,6 +27,7 @@ __all__ = [
     "RewindingBeamSearch",
     "SearchState",
     "Searcher",
+    "make_final_searcher",
     "make_searcher",
     "register_searcher",
 ]
@@ -81,3 +82,11 @@ def make_searcher(options: SearchOptions, stop: StopRule | None = None) -> Searc
     if not isinstance(searcher, Searcher):
         raise TypeError(f"search {options.name!r} is registered with a factory that builds no Searcher")
     return searcher
+
+
+def make_final_searcher(options: SearchOptions) -> Searcher | None:
+    """The searcher of the decodes committed whole (:attr:`SearchOptions.final_beam`): a beam search, or None
+    where they use the chunk's own search."""
+    if options.final_beam is None:
+        return None
+    return BeamSearch(options.final_beam, options.length_penalty, None, options.ctc_weight)

@@ -103,6 +103,7 @@ class ChunkDecoder:
         model: the speech model.
         options: the stream's options (search, level normalisation).
         searcher: the stream's searcher.
+        final_searcher: the searcher of the decodes committed whole (None: ``searcher``).
         buffer: the stream's audio buffer.
         guards: the stream's guards (the no-speech judgement).
         prompt: the stream's prompt builder.
@@ -114,9 +115,11 @@ class ChunkDecoder:
         last: the last decode (its encoding too: a decode of the same source again reuses it whole).
     """
 
-    def __init__(self, model: SpeechModel, options: StreamOptions, searcher: Searcher, buffer: AudioBuffer,
-                 guards: Guards, prompt: PromptBuilder, output: Output, costs: Costs) -> None:
+    def __init__(self, model: SpeechModel, options: StreamOptions, searcher: Searcher,
+                 final_searcher: Searcher | None, buffer: AudioBuffer, guards: Guards, prompt: PromptBuilder,
+                 output: Output, costs: Costs) -> None:
         self.model, self.options, self.searcher, self.buffer = model, options, searcher, buffer
+        self.final_searcher = final_searcher or searcher
         self.guards, self.prompt, self.output, self.costs = guards, prompt, output, costs
         self.search = SearchState()
         self.last = NOTHING
@@ -136,10 +139,10 @@ class ChunkDecoder:
         audio, read = buf.head(samples), buf.offset + samples
         if audio.shape[0] == 0 or is_silent(audio):
             decoded = Decoded(read, [])
-        elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self.searcher.final_differs):
+        elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self._final_differs):
             decoded = self.last  # the source did not grow since the last decode: same result
-        else:
-            decoded = self._search(audio, read, reason)
+        else:  # (a decode committed whole of the same source as the last searches again on its encoding)
+            decoded = self._search(audio, read, reason, self.last.enc if read == self.last.read else None)
         self.last = decoded
         if reason.commits_whole:
             decoded = dataclasses.replace(decoded, read=buf.read)
@@ -147,6 +150,11 @@ class ChunkDecoder:
             decoded = decoded.held()
         costs.compute_s += time.perf_counter() - start
         return decoded
+
+    @property
+    def _final_differs(self) -> bool:
+        """A decode committed whole searches differently from a chunk's decode of the same audio."""
+        return self.final_searcher is not self.searcher or self.searcher.final_differs
 
     def token_starts(self, decoded: Decoded) -> list[int] | None:
         """Where each token of the best hypothesis after the buffer's base starts in the buffer (samples), and
@@ -212,9 +220,10 @@ class ChunkDecoder:
             return min(decoded.read, decoded.offset + sample) * 1000.0 / rate
         return [(ms(decoded.spans[i - base][0]), ms(decoded.spans[i - base][1])) for i in range(first, last)]
 
-    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason) -> Decoded:
+    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, enc: Encoded | None = None) -> Decoded:
         committed, costs = self.output.committed, self.costs
-        enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
+        if enc is None:
+            enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
         base, guarded = self.buffer.base, reason.judges_speech(trimmed=self.buffer.offset > 0)
         # a searcher that judges the speech in its forced pass needs no pass of its own (once the prompt is
         # pinned: a multilingual model detects the language only in audio judged to hold speech)
@@ -228,7 +237,8 @@ class ChunkDecoder:
         query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
                       draft=self._draft(),
                       no_speech_threshold=self.guards.no_speech_threshold if judged else None)
-        hyps = self.searcher.search(self.model, query, self.search, costs)
+        searcher = self.final_searcher if reason.commits_whole else self.searcher
+        hyps = searcher.search(self.model, query, self.search, costs)
         if not hyps:  # (the searcher judged the encoding to hold no speech)
             return Decoded(read, [], enc, prompt, self.buffer.offset, base)
         if before:  # the policies and the commit path see whole outputs

@@ -30,7 +30,7 @@ from simulst.config import StreamOptions
 from simulst.errors import AudioError
 from simulst.models.base import SpeechModel, TaskedModel
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
-from simulst.search import make_searcher
+from simulst.search import make_final_searcher, make_searcher
 from simulst.streaming.buffer import AudioBuffer
 from simulst.streaming.commit import Output, OutputView, ends_sentence, target_tokens
 from simulst.streaming.decoding import ChunkDecoder, Decoded, DecodeReason
@@ -92,8 +92,8 @@ class Session(OutputView):
         first = options.initial_wait_ms or options.chunk_ms
         self.state = st = StreamState(next_decode=max(1, round(first * rate / 1000)))
         searcher = make_searcher(options.search, self.policy.stop_rule())
-        self.decoder = ChunkDecoder(model, options, searcher, self.buffer, self.guards, self.prompt, st.output,
-                                    st.costs)
+        self.decoder = ChunkDecoder(model, options, searcher, make_final_searcher(options.search), self.buffer,
+                                    self.guards, self.prompt, st.output, st.costs)
         self.segmenter = VadSegmenter.for_stream(options, rate) if options.vad else None
         self._previous_best: tuple[int, ...] = ()  # the last chunk decode's best hypothesis (the unsure-word guard)
 
