@@ -12,7 +12,7 @@ import pytest
 
 from simulst.cli.main import build_parser
 from simulst.cli.options import model_options_from_args, stream_options_from_args
-from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.config.presets import LATENCIES, PRESETS, Preset, preset, preset_options
 from simulst.errors import OptionError
 
@@ -164,3 +164,14 @@ def test_a_preset_that_reads_a_ctc_head_falls_back_where_the_model_ships_none() 
     model, stream = preset_options("transcribe", "low", ModelOptions("whisper-base"))
     assert stream == stream_options_from_args(base) and model.ctc_head is None
     assert fallback.flags() in DOC.read_text(encoding="utf-8")  # (docs/presets.md states the fallback)
+
+
+def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
+    # translate accurate: a beam search of 3; a given --beam wins, and the API keeps the search's other fields
+    parser = build_parser()
+    accurate = ["translate", "a.wav", "--model", "whisper-base", "--latency", "accurate"]
+    assert stream_options_from_args(parser.parse_args(accurate)).search == SearchOptions("beam", beam=3)
+    wider = stream_options_from_args(parser.parse_args([*accurate, "--beam", "5", "--final-beam", "4"])).search
+    assert wider == SearchOptions("beam", beam=5, final_beam=4)
+    kept = preset_options("translate", "accurate", stream=StreamOptions(search=SearchOptions(final_beam=4)))[1]
+    assert kept.search == SearchOptions("beam", beam=3, final_beam=4)

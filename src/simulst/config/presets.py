@@ -11,8 +11,9 @@ and each backed by a row of ``bench/results/quality_latency.md``. A preset is a 
 * ``accurate`` — the best quality a live stream gets on a CPU, at a few seconds' delay.
 
 The settings are keyed by the options' field names (:class:`~simulst.config.model.ModelOptions` and
-:class:`~simulst.config.stream.StreamOptions`; ``policy`` as its text form, ``la-2``), so the command line and
-the Python API (:func:`preset_options`) resolve a preset alike.
+:class:`~simulst.config.stream.StreamOptions`; ``policy`` as its text form, ``la-2``; the search's options by their
+flags' names, ``search`` and ``beam``), so the command line and the Python API (:func:`preset_options`) resolve a
+preset alike.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from simulst.config.fields import FLAG
 from simulst.config.model import DEFAULT_MODEL, TASKS, ModelOptions
 from simulst.config.policy import PolicyOptions
+from simulst.config.search import SearchOptions
 from simulst.config.stream import StreamOptions
 from simulst.errors import OptionError
 
@@ -57,7 +59,7 @@ class Preset:
         if self.without_ctc_head is not None:
             object.__setattr__(self, "without_ctc_head", MappingProxyType(dict(self.without_ctc_head)))
         for settings in (self.settings, self.without_ctc_head or {}):
-            unknown = set(settings) - (set(_FLAGS) & (_MODEL_FIELDS | _STREAM_FIELDS))
+            unknown = set(settings) - (set(_FLAGS) & (_MODEL_FIELDS | _STREAM_FIELDS | set(_SEARCH_FIELDS)))
             if unknown:
                 raise ValueError(f"preset {self.task}/{self.latency}: unknown options {sorted(unknown)}")
 
@@ -85,18 +87,25 @@ class Preset:
                 parts.append(f"{option} {shown}")
         return " ".join(parts)
 
-    def stream_settings(self) -> dict[str, Any]:
-        """The settings that are :class:`StreamOptions` fields (``policy`` parsed)."""
-        out = {k: v for k, v in self.settings.items() if k in _STREAM_FIELDS}
+    def stream_settings(self, search: SearchOptions | None = None) -> dict[str, Any]:
+        """The settings that are :class:`StreamOptions` fields (``policy`` parsed; the search's settings applied
+        over ``search``, None: the default search, as ``search``)."""
+        out = {k: v for k, v in self.settings.items() if k in _STREAM_FIELDS and k not in _SEARCH_FIELDS}
         if isinstance(out.get("policy"), str):
             out["policy"] = PolicyOptions.parse(out["policy"])
+        searched = {_SEARCH_FIELDS[k]: v for k, v in self.settings.items() if k in _SEARCH_FIELDS}
+        if searched:
+            out["search"] = dataclasses.replace(search or SearchOptions(), **searched)
         return out
 
 
 _MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelOptions)) - {"name", "device", "language", "task"}
 _STREAM_FIELDS = frozenset(f.name for f in dataclasses.fields(StreamOptions))
+# the search's options are keyed as their flags name them (``search``: the search's name, ``beam``), the way the
+# command line's parsed arguments hold them; each maps to its field of SearchOptions
+_SEARCH_FIELDS = {f.metadata[FLAG].dest: f.name for f in dataclasses.fields(SearchOptions) if FLAG in f.metadata}
 _FLAGS = {f.name: f.metadata[FLAG].name for cls in (ModelOptions, StreamOptions) for f in dataclasses.fields(cls)
-          if FLAG in f.metadata}
+          if FLAG in f.metadata} | {dest: f"--{dest.replace('_', '-')}" for dest in _SEARCH_FIELDS}
 
 # A translation keeps the audio of its whole sentence (up to 30 s): trimming the buffer inside a sentence, as a
 # transcription does at 16 s, cuts away the source of the words still to be translated (long talks are still
@@ -118,6 +127,9 @@ _NO_VAD = {"vad": False}
 # is used up; no second decode has to agree) over 400 ms chunks, with the balanced point's VAD and cuts
 # (bench/results/quality_latency_grids.md, longform_phases_low/). Only Whisper tiny.en ships a CTC head: with another
 # model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
+# A translation's accurate point searches each chunk with a beam of 3 (LA-2 over 1 s chunks): over three chunk grids
+# of the de + fr dev utterances it read more BLEU than LocalAgreement-3 (the point before) at half its delay
+# (bench/results/quality_latency_grids_translate.md).
 _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}
 
 _ALL = (
@@ -132,8 +144,8 @@ _ALL = (
            {"chunk_ms": 600.0, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio: fewer, better-informed commits",
            {"chunk_ms": 1000.0, **_SENTENCE_AUDIO}),
-    Preset("translate", "accurate", "as balanced, with three decodes to agree (LocalAgreement-3)",
-           {"chunk_ms": 1000.0, "policy": "la-3", **_SENTENCE_AUDIO}),
+    Preset("translate", "accurate", "as balanced, each decode a beam search of 3 hypotheses",
+           {"chunk_ms": 1000.0, "search": "beam", "beam": 3, **_SENTENCE_AUDIO}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
@@ -159,5 +171,6 @@ def preset_options(task: str, latency: str = DEFAULT_LATENCY, model: ModelOption
     model = model or ModelOptions()
     chosen = preset(task, latency).for_model(model.name, model.ctc_head is not None)
     model = dataclasses.replace(model, task=task, **chosen.model_settings())
-    stream = dataclasses.replace(stream or StreamOptions(), **chosen.stream_settings())
+    stream = stream or StreamOptions()
+    stream = dataclasses.replace(stream, **chosen.stream_settings(stream.search))
     return model, stream
