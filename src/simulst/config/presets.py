@@ -127,10 +127,12 @@ _NO_VAD = {"vad": False}
 # is used up; no second decode has to agree) over 400 ms chunks, with the balanced point's VAD and cuts
 # (bench/results/quality_latency_grids.md, longform_phases_low/). Only Whisper tiny.en ships a CTC head: with another
 # model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
+_LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}
+
 # A translation's accurate point searches each chunk with a beam of 3 (LA-2 over 1 s chunks): over three chunk grids
 # of the de + fr dev utterances it read more BLEU than LocalAgreement-3 (the point before) at half its delay
 # (bench/results/quality_latency_grids_translate.md).
-_LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}
+_TRANSLATE_ACCURATE_SEARCH = {"search": "beam", "beam": 3}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
@@ -145,7 +147,7 @@ _ALL = (
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio: fewer, better-informed commits",
            {"chunk_ms": 1000.0, **_SENTENCE_AUDIO}),
     Preset("translate", "accurate", "as balanced, each decode a beam search of 3 hypotheses",
-           {"chunk_ms": 1000.0, "search": "beam", "beam": 3, **_SENTENCE_AUDIO}),
+           {"chunk_ms": 1000.0, **_TRANSLATE_ACCURATE_SEARCH, **_SENTENCE_AUDIO}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
