@@ -53,11 +53,14 @@ def mean_al(task: str, records: Sequence[InstanceRecord]) -> float:
 
 
 def pooled_interval(metric: str, grids_a: Sequence[Sequence[InstanceRecord]],
-                    grids_b: Sequence[Sequence[InstanceRecord]]) -> PairedInterval:
-    """B − A over all the grids: per utterance the statistics of its outputs on every grid, summed."""
+                    grids_b: Sequence[Sequence[InstanceRecord]],
+                    references: Sequence[str] | None = None) -> PairedInterval:
+    """B − A over all the grids: per utterance the statistics of its outputs on every grid, summed; scored against
+    ``references`` (None: the logs' own)."""
     if len(grids_a) != len(grids_b) or not grids_a:
         raise SystemExit(f"{len(grids_a)} grids of A and {len(grids_b)} of B: name the same grids for both")
-    references = [r.reference or "" for r in grids_a[0]]
+    if references is None:
+        references = [r.reference or "" for r in grids_a[0]]
     stats_a, score = grid_statistics(metric, [[r.prediction for r in log] for log in grids_a], references)
     stats_b, _ = grid_statistics(metric, [[r.prediction for r in log] for log in grids_b], references)
     return bootstrap_from_stats(metric, stats_a, stats_b, score)

@@ -34,13 +34,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulst.evaluation.bootstrap import bootstrap_from_stats, paired_bootstrap
+from simulst.evaluation.bootstrap import paired_bootstrap
 from simulst.evaluation.instances import InstanceRecord, read_log, write_log
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.quality import bleu, chrf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, grid_statistics, load_average, machine_note, markdown_table, write_report
+from common import DATA, load_average, machine_note, markdown_table, write_report
+from pooled_grids import pooled_interval
 from quality_latency import RESULTS, configs, explored, parse_variant, run
 
 LANGS = ("es", "pt")
@@ -92,9 +93,8 @@ def pooled_rows(logs: dict[str, list[InstanceRecord]], data: str,
         row: dict[str, object] = {"data": data, "config": f"{','.join(names_b)} − {','.join(names_a)}",
                                   "n": len(offline)}
         for metric in ("BLEU", "chrF"):
-            stats_a, score = grid_statistics(metric, [[r.prediction for r in logs[n]] for n in names_a], offline)
-            stats_b, _ = grid_statistics(metric, [[r.prediction for r in logs[n]] for n in names_b], offline)
-            row[f"{metric}_vs_offline"] = bootstrap_from_stats(metric, stats_a, stats_b, score).describe()
+            row[f"{metric}_vs_offline"] = pooled_interval(metric, [logs[n] for n in names_a],
+                                                          [logs[n] for n in names_b], offline).describe()
         rows.append(row)
     return rows
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from simulst.errors import OptionError
 
@@ -102,18 +102,26 @@ def nested(prefix: str = "", only: Collection[str] | None = None, group: str | N
     return {NESTED: Nested(prefix, tuple(only) if only is not None else None, group)}
 
 
+T = TypeVar("T")
+
+
+def _optional(text: str, convert: Callable[[str], T], what: str) -> T | None:
+    """``convert(text)``, or None for ``none`` / ``off``; raises ``OptionError`` naming ``what`` was expected."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return convert(text)
+    except ValueError as err:
+        raise OptionError(f"expected {what} or 'none', got {text!r}") from err
+
+
 def optional_float(text: str) -> float | None:
     """A number, or ``none`` / ``off`` (None).
 
     Raises:
         OptionError: neither.
     """
-    if text.strip().lower() in ("none", "off"):
-        return None
-    try:
-        return float(text)
-    except ValueError as err:
-        raise OptionError(f"expected a number or 'none', got {text!r}") from err
+    return _optional(text, float, "a number")
 
 
 def optional_int(text: str) -> int | None:
@@ -122,12 +130,7 @@ def optional_int(text: str) -> int | None:
     Raises:
         OptionError: neither.
     """
-    if text.strip().lower() in ("none", "off"):
-        return None
-    try:
-        return int(text)
-    except ValueError as err:
-        raise OptionError(f"expected a whole number or 'none', got {text!r}") from err
+    return _optional(text, int, "a whole number")
 
 
 def auto_or_optional_float(text: str) -> float | Literal["auto"] | None:

@@ -4,6 +4,8 @@ name (:func:`register_searcher`) - and their factory."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from simulst.config import SEARCHES, SearchOptions
 from simulst.errors import OptionError
 from simulst.search.base import Query, Searcher, SearchState
@@ -89,4 +91,4 @@ def make_final_searcher(options: SearchOptions) -> Searcher | None:
     where they use the chunk's own search."""
     if options.final_beam is None:
         return None
-    return BeamSearch(options.final_beam, options.length_penalty, None, options.ctc_weight)
+    return make_searcher(dataclasses.replace(options, name="beam", beam=options.final_beam))
