@@ -138,6 +138,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "encoder-int8": ("balanced", {}, {"encoder_precision": "int8"}),
     "final-beam5": ("balanced", {"search": SearchOptions(final_beam=5)}, {}),
     "low-final-beam5": ("low", {"search": SearchOptions(final_beam=5)}, {}),
+    # translation: a beam search in every chunk, under beam agreement (BA-2) or LA-2
+    "beam-3-ba-2": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2")}, {}),
+    "beam-2": ("balanced", {"search": SearchOptions("beam", beam=2)}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -822,7 +825,8 @@ def main() -> None:
         "`encoder-int8`: `--encoder-precision int8`; `final-beam5` / `low-final-beam5`: `--final-beam 5` over "
         "`balanced` / `low`; `accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
-        "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`). For `ls-readings` the per-minute series pool the 5 "
+        "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`; `beam-3-ba-2` / `beam-2`: `--search beam --beam 3 "
+        "--policy ba-2` / `--search beam --beam 2`). For `ls-readings` the per-minute series pool the 5 "
         "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "
         "English "
         "talk repeats its 6 utterances: a prompt of whole earlier sentences then often holds the very sentence "

@@ -497,7 +497,7 @@ def test_session_ibwbs_la2_schedule_hand_worked(carry_over: bool) -> None:
 
 
 @pytest.mark.parametrize("name", BLOCKWISE)
-@pytest.mark.parametrize("policy", ["la-2", "hold-1", "sp-2"])
+@pytest.mark.parametrize("policy", ["la-2", "hold-1", "sp-2", "ba-2"])
 @pytest.mark.parametrize("carry_over", [True, False])
 def test_session_invariants(name: str, policy: str, carry_over: bool) -> None:
     # Any searcher with any policy: the hypotheses continue the committed output (the session asserts it),

@@ -10,6 +10,7 @@ from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
 from simulst.search import BeamSearch
+from simulst.sequences import edit_distance
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
 from tests.shared_assets import WHISPER_TINY_EN, needs_shared
@@ -54,3 +55,24 @@ def test_one_final_chunk_equals_offline_beam_search(model: WhisperModel, jfk: np
     best, costs = offline
     assert emission.tokens == best.tokens
     assert session.costs.decoder_calls == costs.decoder_calls
+
+
+def test_beam_agreement_commits_no_later_than_local_agreement(model: WhisperModel, jfk: np.ndarray) -> None:
+    # Over the same beam search of 3, BA-2 and LA-2 see the same hypotheses until one of them first commits; there
+    # BA-2 commits at least LA-2's prefix (one of the previous beams is the previous best), so its first words come
+    # no later. Both transcribe jfk nearly as offline decoding does.
+    def run(policy: str) -> list[Emission]:
+        options = StreamOptions(chunk_ms=1000.0, policy=PolicyOptions.parse(policy), search=SearchOptions("beam", 3))
+        session = Session(model, options)
+        out: list[Emission] = []
+        for pos in range(0, jfk.shape[0], session.chunk_samples):
+            out += session.push(jfk[pos : pos + session.chunk_samples])
+        return out + session.finish()
+
+    reference = ("and so my fellow americans ask not what your country can do for you "
+                 "ask what you can do for your country")
+    ba, la = run("ba-2"), run("la-2")
+    assert ba[0].source_ms <= la[0].source_ms
+    for emissions in (ba, la):
+        words = "".join(e.text for e in emissions).lower().replace(",", "").replace(".", "").split()
+        assert edit_distance(words, reference.split()) <= 3

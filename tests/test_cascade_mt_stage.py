@@ -119,7 +119,7 @@ def test_errors() -> None:
 @given(
     words=st.lists(st.sampled_from(["a", "b", "c", "d", "e,", "f."]), min_size=1, max_size=12),
     cuts=st.lists(st.integers(1, 4), min_size=1, max_size=12),
-    policy=st.sampled_from(["la-1", "la-2", "la-3", "hold-0", "hold-2", "wait-1", "wait-3", "sp-2", "offline"]),
+    policy=st.sampled_from(["la-1", "la-2", "la-3", "hold-0", "hold-2", "wait-1", "wait-3", "sp-2", "ba-2", "offline"]),
     revise=st.booleans(),
 )
 def test_never_retracts(words: list[str], cuts: list[int], policy: str, revise: bool) -> None:

@@ -8,7 +8,16 @@ from hypothesis import strategies as st
 
 from simulst.config import PolicyOptions
 from simulst.errors import OptionError
-from simulst.policies import HoldN, LocalAgreement, Offline, SharedPrefix, WaitK, WaitKWords, make_policy
+from simulst.policies import (
+    BeamAgreement,
+    HoldN,
+    LocalAgreement,
+    Offline,
+    SharedPrefix,
+    WaitK,
+    WaitKWords,
+    make_policy,
+)
 from simulst.sequences import longest_common_prefix
 from simulst.types import Hypothesis
 from tests.toy import StreamPolicy, ToyTokenizer, stream_policy
@@ -60,6 +69,20 @@ def test_shared_prefix_uses_all_beams_of_n_chunks() -> None:
     assert sp2.stable_prefix(hyps((1, 2, 3, 4, 5), (1, 2, 3, 4, 6))) == (1, 2, 3)
 
 
+def test_beam_agreement_agrees_with_any_beam_of_each_earlier_chunk() -> None:
+    ba2 = stream_policy(BeamAgreement(2))
+    assert ba2.stable_prefix(hyps((1, 2, 3), (4, 5, 6))) == ()  # chunk 1 < n
+    # chunk 2's best (4,5,7) shares nothing with chunk 1's best (LA-2: ()), (4,5) with its second beam
+    assert ba2.stable_prefix(hyps((4, 5, 7), (4, 8, 9, 2))) == (4, 5)
+    # LA-2 would commit (4,) here (chunk 2's best is (4,5,7)); BA-2 takes chunk 2's second beam's (4,8,9)
+    assert ba2.stable_prefix(hyps((4, 8, 9, 1), (4, 5, 7))) == (4, 8, 9)
+    ba3 = stream_policy(BeamAgreement(3))
+    assert ba3.stable_prefix(hyps((1, 2, 3))) == ()
+    assert ba3.stable_prefix(hyps((1, 9), (1, 2, 3, 4))) == ()
+    # each earlier chunk limits it: chunk 1 holds (1,2,3) of (1,2,3,5), chunk 2 (1,2,3,4) holds it too
+    assert ba3.stable_prefix(hyps((1, 2, 3, 5))) == (1, 2, 3)
+
+
 def test_wait_k_schedule() -> None:
     policy = stream_policy(WaitK(2, tokens_per_chunk=2))
     best = (1, 2, 3, 4, 5, 6, 7)
@@ -77,6 +100,7 @@ def test_factory_and_parsing() -> None:
     assert isinstance(make_policy(PolicyOptions.parse("la-2"), 1000), LocalAgreement)
     assert isinstance(make_policy(PolicyOptions.parse("hold-6"), 1000), HoldN)
     assert isinstance(make_policy(PolicyOptions.parse("SP-2"), 1000), SharedPrefix)
+    assert isinstance(make_policy(PolicyOptions.parse("ba-2"), 1000), BeamAgreement)
     assert isinstance(make_policy(PolicyOptions.parse("offline"), 1000), Offline)
     wait = make_policy(PolicyOptions.parse("wait-3"), 1000)
     assert isinstance(wait, WaitK) and wait.k == 3 and wait.tokens_per_chunk == 3
@@ -94,13 +118,18 @@ token_lists = st.lists(st.integers(1, 4), max_size=8).map(tuple)
 
 
 @given(st.lists(st.lists(token_lists, min_size=1, max_size=3), min_size=1, max_size=6), st.integers(1, 3))
-def test_la_and_sp_return_a_prefix_of_the_best_hypothesis(chunks: list[list[tuple[int, ...]]], n: int) -> None:
-    la, sp = stream_policy(LocalAgreement(n)), stream_policy(SharedPrefix(n))
+def test_la_sp_and_ba_return_nested_prefixes_of_the_best_hypothesis(chunks: list[list[tuple[int, ...]]],
+                                                                      n: int) -> None:
+    la, sp, ba = stream_policy(LocalAgreement(n)), stream_policy(SharedPrefix(n)), stream_policy(BeamAgreement(n))
+    greedy = stream_policy(BeamAgreement(n))
     for beams in chunks:
         best = beams[0]
-        for policy in (la, sp):
-            stable = policy.stable_prefix(hyps(*beams))
-            assert best[: len(stable)] == stable
+        stable = {name: policy.stable_prefix(hyps(*beams)) for name, policy in (("la", la), ("sp", sp), ("ba", ba))}
+        for prefix in stable.values():
+            assert best[: len(prefix)] == prefix
+        # SP-n agrees with every beam, LA-n with the best ones, BA-n with one beam of each chunk
+        assert len(stable["sp"]) <= len(stable["la"]) <= len(stable["ba"])
+        assert greedy.stable_prefix(hyps(best)) == stable["la"]  # one beam: BA-n is LA-n
 
 
 def test_wait_k_words_on_subwords() -> None:

@@ -135,7 +135,7 @@ def test_a_registered_search_is_an_option_and_a_searcher(toy_search: None, capsy
 
 
 def test_the_builtins_are_registered_by_their_modules() -> None:
-    assert set(POLICIES.names()) == {"offline", "la", "hold", "sp", "wait", "ctc", "alignatt"}
+    assert set(POLICIES.names()) == {"offline", "la", "hold", "sp", "ba", "wait", "ctc", "alignatt"}
     assert set(SEARCHES.names()) == {"greedy", "beam", "bwbs", "ibwbs", "ibwbs2", "rewind"}
     for spec in POLICIES.entries():  # every example parses back to its policy, and builds it
         options = PolicyOptions.parse(spec.example)

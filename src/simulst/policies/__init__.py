@@ -13,6 +13,7 @@ import pkgutil
 from simulst.config import POLICIES, PolicyOptions
 from simulst.policies.alignatt import AlignAtt
 from simulst.policies.base import Policy, PolicyContext, PolicyState
+from simulst.policies.beam_agreement import BeamAgreement
 from simulst.policies.ctc_end import CtcEnd
 from simulst.policies.hold_n import HoldN
 from simulst.policies.local_agreement import LocalAgreement
@@ -24,6 +25,7 @@ from simulst.policies.wait_k import WAIT_K_TOKENS_PER_SECOND, WaitK, WaitKWords
 __all__ = [
     "WAIT_K_TOKENS_PER_SECOND",
     "AlignAtt",
+    "BeamAgreement",
     "CtcEnd",
     "HoldN",
     "LocalAgreement",
