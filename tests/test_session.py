@@ -118,7 +118,8 @@ def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(1, 900), min_size=1, max_size=40), st.sampled_from(["la-2", "hold-1", "sp-2", "ba-2", "wait-2"]))
+@given(st.lists(st.integers(1, 900), min_size=1, max_size=40),
+       st.sampled_from(["la-2", "hold-1", "sp-2", "ba-2", "wait-2"]))
 def test_push_granularity_does_not_change_the_output(pieces: list[int], policy: str) -> None:
     audio = tone(4700)
     reference = push_in_pieces(Session(ToySpeechModel(), options(policy)), audio, 1000)
