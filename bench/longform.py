@@ -140,7 +140,12 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "low-final-beam5": ("low", {"search": SearchOptions(final_beam=5)}, {}),
     # translation: a beam search in every chunk, under beam agreement (BA-2) or LA-2
     "beam-3-ba-2": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2")}, {}),
-    "beam-2": ("balanced", {"search": SearchOptions("beam", beam=2)}, {}),
+    "beam-3-ba-3": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-3")}, {}),
+    "beam-3-ba-2-1500": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2"),
+                                      "chunk_ms": 1500.0}, {}),
+    "beam-5-ba-2": ("balanced", {"search": SearchOptions("beam", beam=5), "policy": PolicyOptions.parse("ba-2")}, {}),
+    "beam-2": ("balanced", {"search": SearchOptions("beam", beam=2), "policy": PolicyOptions.parse("la-2")}, {}),
+    "greedy-la-2": ("balanced", {"search": SearchOptions(), "policy": PolicyOptions.parse("la-2")}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -807,7 +812,9 @@ def main() -> None:
         "`balanced` preset (transcription: LA-2, 600 ms chunks, the audio window, `--segment-s 10 --max-buffer-s "
         "16` since 2026-11-26 13:30 UTC and `--vad` since 16:42 UTC (before, the option defaults' `--segment-s 5 "
         "--max-buffer-s 8`, now the config `buffer-8`, and no VAD, now `no-vad`); translation: `--chunk-ms 1000 "
-        "--segment-s 10 --max-buffer-s 30`); `low` / `accurate`: the task's other presets; every other config "
+        "--search beam --beam 3 --policy ba-2 --segment-s 10 --max-buffer-s 30` since 2026-11-27 07:30 UTC "
+        "(before, greedy search and LA-2, now the config `greedy-la-2`)); `low` / `accurate`: the task's other "
+        "presets; every other config "
         "changes the options it names over `balanced`: `vad`: `--vad`; `no-vad`: `--no-vad`; `vad-2s`: `--vad "
         "--chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate long-form configuration: fewer, later "
         "commits and fewer trims in mid-sentence; `segment-10`: "
@@ -825,8 +832,10 @@ def main() -> None:
         "`encoder-int8`: `--encoder-precision int8`; `final-beam5` / `low-final-beam5`: `--final-beam 5` over "
         "`balanced` / `low`; `accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
-        "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`; `beam-3-ba-2` / `beam-2`: `--search beam --beam 3 "
-        "--policy ba-2` / `--search beam --beam 2`). For `ls-readings` the per-minute series pool the 5 "
+        "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`; `beam-3-ba-2` / `beam-5-ba-2` / `beam-2` / `greedy-la-2`: "
+        "`--search beam --beam 3 --policy ba-2` / `--search beam --beam 5 --policy ba-2` / `--search beam --beam 2 "
+        "--policy la-2` / `--search greedy --policy la-2`). "
+        "For `ls-readings` the per-minute series pool the 5 "
         "talks (minute m of each talk) and the RSS columns read the talks in streaming order (see the script). The "
         "English "
         "talk repeats its 6 utterances: a prompt of whole earlier sentences then often holds the very sentence "

@@ -18,8 +18,8 @@ from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import Encoded, PreviousTextPrompter, TokenTimer
 from simulst.models.timing import dtw, median_filter, token_start_frames
 from simulst.mt.options import MTOptions
+from simulst.sequences import loop_cut, loop_free_length
 from simulst.streaming.cascade import CascadeSession
-from simulst.streaming.commit import loop_free_length
 from simulst.streaming.feed import feed_fast
 from simulst.streaming.mt_stage import MTStage
 from simulst.streaming.segmenter import VadSegmenter
@@ -76,6 +76,61 @@ def test_loop_guard_properties(tokens: list[int], start: int) -> None:
         if end >= 12:
             span = kept[end - 6 : end]
             assert not any(kept[o : o + 6] == span for o in range(max(0, end - 66), end - 11))
+
+
+def incremental_loop_free_length(tokens: Sequence[int], start: int) -> int:
+    """The loop guard as it was first written (one pass, the earlier spans kept in dictionaries): the reference
+    :func:`loop_free_length` (one :func:`loop_cut` per end) must equal."""
+    seen: dict[tuple[int, ...], list[int]] = {}
+    recent: dict[tuple[int, ...], int] = {}
+    first = max(0, start - 100)
+    for end in range(first + 1, len(tokens) + 1):
+        if end > start:
+            for n in range(1, 17):
+                copies = 4 if n <= 3 else 3
+                if n * copies > end:
+                    continue
+                gram = tokens[end - n : end]
+                if all(tokens[end - k * n - n : end - k * n] == gram for k in range(1, copies)):
+                    return max(start, end - n)
+        if end - 24 >= first:
+            seen.setdefault(tuple(tokens[end - 24 : end - 12]), []).append(end - 24)
+        copy = end - 12
+        if end > start and copy >= first:
+            earlier = [o for o in seen.get(tuple(tokens[copy:end]), ()) if copy - o <= 100]
+            if len(earlier) >= 2 and earlier[-1] - earlier[0] >= 12:
+                return max(start, copy)
+        if end - 12 >= first:
+            recent[tuple(tokens[end - 12 : end - 6])] = end - 12
+        again = end - 6
+        if end > start and again >= first:
+            before = recent.get(tuple(tokens[again:end]))
+            if before is not None and again - before <= 60:
+                return max(start, again)
+    return len(tokens)
+
+
+# pieces of 1-14 tokens from a small vocabulary, some said again: immediate repeats, copies near and far
+PIECES = st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=14), min_size=1, max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PIECES, st.lists(st.tuples(st.integers(0, 7), st.integers(1, 3)), max_size=12), st.integers(0, 200))
+def test_loop_guard_equals_the_incremental_one(pieces: list[list[int]], order: list[tuple[int, int]],
+                                               start: int) -> None:
+    tokens = [t for i, times in order for _ in range(times) for t in pieces[i % len(pieces)]]
+    tokens += [t for piece in pieces for t in piece]
+    start = min(start, len(tokens))
+    assert loop_free_length(tokens, start) == incremental_loop_free_length(tokens, start)
+    assert loop_free_length(tuple(tokens), start) == loop_free_length(tokens, start)
+
+
+def test_loop_cut_reads_the_end_only() -> None:
+    assert loop_cut([7] * 4, 4) == 3 and loop_cut([7] * 4, 3) is None  # the 4th copy of a token
+    assert loop_cut([7] * 4 + [1], 5) is None  # a loop before the end is not this end's
+    sentence = list(range(20, 34))
+    assert loop_cut([*sentence, 1, *sentence[:6]], 21) == 15  # 6 tokens said again: the copy starts at 15
+    assert loop_cut([*sentence, 1, *sentence[:6]], 21, first=1) is None  # the first copy lies before ``first``
 
 
 # ----------------------------------------------------------------------------------------- token timing (DTW)

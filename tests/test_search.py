@@ -9,7 +9,7 @@ import torch
 
 from simulst.errors import OptionError
 from simulst.models.base import Encoded
-from simulst.search import BeamSearch
+from simulst.search import BeamSearch, Query, SearchState
 from simulst.types import Costs, Hypothesis
 from tests.toy import ScriptedDecoder, stream_search
 
@@ -94,6 +94,42 @@ def test_beam_search_keeps_forced_prefix_and_open_beams_at_max_length() -> None:
     result = stream_search(BeamSearch(2)).search(model, ENC, [2], 1, Costs(), final=False)
     assert [h.tokens for h in result] == [(2, 1), (2, 3)]
     assert not any(h.finished for h in result)
+
+
+def looping(tokens: tuple[int, ...], _samples: int) -> dict[int, float]:
+    """After " b": " a" over and over (.8 each, <eos> .2), or (.2) "c" " b" "c" " b" ... (1.0 each)."""
+    if tokens == (2,):
+        return {1: 0.8, 3: 0.2}
+    if tokens[:2] == (2, 3):
+        return {2: 1.0} if tokens[-1] == 3 else {3: 1.0}
+    return {1: 0.8, 0: 0.2}
+
+
+def loop_search(beam: int, prefix: tuple[int, ...], *, stop: bool, final: bool = False) -> tuple[
+        list[Hypothesis], Costs, SearchState]:
+    model, costs, state = ScriptedDecoder(PIECES, looping), Costs(), SearchState()
+    query = Query(ENC, prefix, 10, final, stop_at_loops=stop)
+    return BeamSearch(beam).search(model, query, state, costs), costs, state
+
+
+def test_a_chunk_search_stops_where_its_best_hypothesis_loops() -> None:
+    # greedy: " b" then " a" x 4 - the 4th " a" in a row completes a loop: no expansion after it (start + 4 steps)
+    [hyp], costs, state = loop_search(1, (2,), stop=True)
+    assert hyp.tokens == (2, 1, 1, 1, 1) and not hyp.finished
+    assert costs.decoder_calls == 5 and costs.extra["loop_stops"] == 1 and state.looped
+    # a final search, or a stream without the loop guard, searches on to the budget (10 tokens)
+    for stop, final in ((True, True), (False, False)):
+        [hyp], costs, state = loop_search(1, (2,), stop=stop, final=final)
+        assert hyp.tokens == (2, *[1] * 10) and costs.decoder_calls == 10 and not state.looped
+        assert "loop_stops" not in costs.extra
+    # a loop running on from the forced prefix stops at the first searched token; one inside it alone does not
+    [hyp], costs, _ = loop_search(1, (2, 1, 1, 1), stop=True)
+    assert hyp.tokens == (2, 1, 1, 1, 1) and costs.decoder_calls == 2
+    # a beam of 2: " a a a a" (.8^4 = .41) leads "c b c b" (.2) when its 4th " a" loops; it is returned first,
+    # the other open beam after it
+    result, costs, state = loop_search(2, (2,), stop=True)
+    assert [h.tokens for h in result] == [(2, 1, 1, 1, 1), (2, 3, 2, 3, 2)]
+    assert costs.decoder_calls == 5 and state.looped and costs.extra["loop_stops"] == 1
 
 
 def test_beam_rejects_bad_size() -> None:

@@ -107,6 +107,34 @@ def test_the_final_beam_searches_only_the_decodes_committed_whole() -> None:
         SearchOptions(final_beam=0)
 
 
+class Stutter(ToySpeechModel):
+    """Reads " the", then " uh" four times (the 4th a loop to the loop guard), then " cat" <eos>; audio is
+    ignored."""
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        uh, the, cat = 1, 2, 3
+        if tokens == (the, uh, uh, uh, uh):
+            return {cat: 0.9, 0: 0.1}
+        if tokens and tokens[0] == the and set(tokens[1:]) <= {uh}:
+            return {uh: 0.9, 0: 0.1}
+        return {the: 0.9, 0: 0.1} if not tokens else {0: 1.0}
+
+
+def test_a_decode_committed_whole_searches_again_after_a_chunk_stopped_at_a_loop() -> None:
+    the, uh, cat = 2, 1, 3
+    model = Stutter("the cat")
+    session = Session(model, StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2"), search=SearchOptions(),
+                                           early_logprob_threshold=None, logprob_threshold=None))
+    # 1 s and 2 s: each chunk's search stops at the 4th " uh" (LA-2 commits "the uh uh uh" at 2 s: the last " uh"
+    # may still grow); at the end, the same 2 s of audio: the decode committed whole searches on to " cat" <eos>,
+    # whose 4th " uh" the loop guard then cuts
+    emissions = push_in_pieces(session, tone(2000), 1000)
+    assert [e.text for e in emissions] == ["the uh uh uh"]
+    assert session.state.costs.extra["loop_stops"] == 2
+    assert session.decoder.last.hyps[0].tokens == (the, uh, uh, uh, uh, cat) and session.decoder.last.hyps[0].finished
+    assert model.encodes == [1000, 2000]  # (searched again on the same encoding)
+
+
 def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:
     # With guess_p = 0.3 the toy model ends every chunk's hypothesis with <eos> after the words it has heard:
     # 1 s: "the"<eos> -> hold-0 commits "the" (the <eos> shows the word is complete) and the stream goes on.

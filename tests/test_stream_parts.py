@@ -144,6 +144,17 @@ def test_the_loop_guard_cuts_back_to_a_whole_word() -> None:
     assert (list(kept), cut) == (target, False)
 
 
+def test_the_loop_guard_cuts_where_the_loop_of_a_stopped_search_starts() -> None:
+    # a search stopped at the 4th " one two" (its best hypothesis ends where the loop is complete); the policy's
+    # target holds the start of that copy, " one", but not its end: cut where the copy starts
+    guards, costs = Guards(StreamOptions(), False, segment=5000), Costs()
+    best, target = [1, 2] * 4, [1, 2] * 3 + [1]
+    assert list(guards.loop_free(target, 0, TOKENIZER, costs)[0]) == target  # (the target alone holds no loop)
+    kept, cut = guards.loop_free(target, 0, TOKENIZER, costs, looped=best)
+    assert (list(kept), cut, costs.extra) == ([1, 2] * 3, True, {"loop_cuts": 1})
+    assert guards.loop_free([1, 2], 0, TOKENIZER, Costs(), looped=best) == ([1, 2], False)  # before the copy: kept
+
+
 # ------------------------------------------------------------------------------------------------ the prompt
 
 

@@ -1,4 +1,5 @@
-"""Two sequence algorithms the whole pipeline shares: the longest common prefix and the edit distance."""
+"""Sequence algorithms the whole pipeline shares: the longest common prefix, the edit distance, and the repetition
+loops of a decoder's output (what the stream's loop guard never commits and a chunk's search stops at)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,59 @@ def edit_distance(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
         previous = current
     return previous[-1]
+
+
+LOOP_MAX_NGRAM = 16  # tokens: the longest n-gram checked for immediate repetition
+LOOP_SPAN = 12  # tokens: a span said a third time ...
+LOOP_LOOKBACK = 100  # ... within this many tokens of its first time is a loop
+COPY_SPAN = 6  # tokens: a span said a second time ...
+COPY_LOOKBACK = 60  # ... within this many tokens of its first time (about 15 s of speech) is a loop
+
+
+def loop_cut(tokens: Sequence[int], end: int, first: int = 0) -> int | None:
+    """Where the loop that ``tokens[:end]`` ends in starts its extra copy (None: it ends in no loop), looking back
+    no further than position ``first`` for earlier copies of a span.
+
+    A loop is an n-gram of 1-3 tokens following itself more than 3 times in a row, a longer one (up to 16 tokens)
+    more than twice (the cut: where the extra copy starts), a span of 12 tokens said a third time within 100 tokens
+    of its first (a sentence repeated with small changes in between), or a span of 6 tokens said again within 60
+    tokens: Whisper reading the audio of a sentence it has transcribed a second time ("... the chemical is. The
+    cabbage juice changes color ..."), which speakers seldom do word for word within a few seconds. Earlier copies
+    of a span end before the copy at ``end`` starts."""
+    for n in range(1, LOOP_MAX_NGRAM + 1):
+        copies = 4 if n <= 3 else 3  # one more than allowed
+        if n * copies > end:
+            break
+        gram = tokens[end - n : end]
+        if all(tokens[end - k * n - n : end - k * n] == gram for k in range(1, copies)):
+            return end - n
+    copy = end - LOOP_SPAN
+    if copy >= first:
+        span = tokens[copy:end]
+        earlier = [o for o in range(max(first, copy - LOOP_LOOKBACK), copy - LOOP_SPAN + 1)
+                   if tokens[o] == span[0] and tokens[o : o + LOOP_SPAN] == span]
+        if len(earlier) >= 2 and earlier[-1] - earlier[0] >= LOOP_SPAN:
+            return copy
+    again = end - COPY_SPAN
+    if again >= first:
+        span = tokens[again:end]
+        if any(tokens[o] == span[0] and tokens[o : o + COPY_SPAN] == span
+               for o in range(max(first, again - COPY_LOOKBACK), again - COPY_SPAN + 1)):
+            return again
+    return None
+
+
+def loop_free_length(tokens: Sequence[int], start: int) -> int:
+    """Length of the longest prefix of ``tokens`` (at least ``start``) free of repetition loops (:func:`loop_cut`):
+    the loop guard against Whisper's "however, however, however, ..." and a sentence said again and again.
+
+    The cut comes where the extra copy starts; tokens before ``start`` (committed already) are never cut, though
+    they count as what came before (as far back as 100 tokens). (A copy begun inside the committed output is not
+    finished; the stream trims its buffer behind the committed text, so the model stops reading that audio again:
+    :class:`~simulst.streaming.session.Session`.)"""
+    first = max(0, start - LOOP_LOOKBACK)
+    for end in range(start + 1, len(tokens) + 1):
+        cut = loop_cut(tokens, end, first)
+        if cut is not None:
+            return max(start, cut)
+    return len(tokens)

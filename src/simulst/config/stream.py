@@ -51,7 +51,8 @@ class StreamOptions:
         loop_guard: no n-gram of tokens is committed more than 3 times in a row (1-3 tokens) or twice (longer),
             no 12-token span a third time within 100 tokens, and no 6-token span again within 60 tokens: the cut-off
             guards against Whisper's repetition loops ("however, however, ...", a sentence said over and over,
-            audio read twice) (:func:`~simulst.streaming.commit.loop_free_length`).
+            audio read twice) (:func:`~simulst.sequences.loop_free_length`); a chunk's search (greedy or beam) stops
+            where its best hypothesis runs into such a loop, since nothing after it would be committed.
         segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
             behind the last committed sentence end (located in the audio by the model's token timing) once at
             least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
@@ -108,7 +109,8 @@ class StreamOptions:
         parse=optional_float))
     loop_guard: bool = field(default=True, metadata=flag(
         "--loop-guard", "never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than twice, "
-        "a 12-token span a third time within 100 tokens, or a 6-token span again within 60 tokens", group=ONLINE))
+        "a 12-token span a third time within 100 tokens, or a 6-token span again within 60 tokens (a chunk's search "
+        "stops at such a loop)", group=ONLINE))
     segment_s: float = field(default=5.0, metadata=flag(
         "--segment-s", "trim the audio buffer behind the last committed sentence once it is longer than S seconds",
         group=LONG_FORM, metavar="S"))

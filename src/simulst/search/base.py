@@ -29,6 +29,9 @@ class Query:
             fewer decoder passes. Others ignore it.
         no_speech_threshold: for a searcher that :meth:`~Searcher.judges_speech`: when the model judges the
             encoding to hold no speech with a higher probability, it returns no hypotheses (None: no judging).
+        stop_at_loops: a searcher that can ends the search where its best hypothesis runs into a repetition loop
+            past the prefix (:func:`~simulst.sequences.loop_cut`; the stream's loop guard would commit nothing
+            from there on); never on a ``final`` query.
     """
 
     enc: Encoded
@@ -38,6 +41,7 @@ class Query:
     prompt: tuple[int, ...] | None = None
     draft: tuple[int, ...] = ()
     no_speech_threshold: float | None = None
+    stop_at_loops: bool = False
 
 
 @dataclass
@@ -48,11 +52,15 @@ class SearchState:
         kept: the active beam the next chunk continues (IBWBS, improved IBWBS, rewind; with ``carry_over``).
         beams: BWBS's beams (with ``carry_over``).
         seen: improved IBWBS's ``Seen`` (2023 Alg. 1 l. 1, 16).
+        looped: the last search ended where its best hypothesis ran into a repetition loop
+            (``Query.stop_at_loops``): a search of the same encoding that must not stop early (``Query.final``)
+            would find more.
     """
 
     kept: tuple[int, ...] = ()
     beams: list[tuple[int, ...]] = field(default_factory=list)
     seen: set[tuple[int, ...]] = field(default_factory=set)
+    looped: bool = False
 
 
 class Searcher(ABC):

@@ -8,6 +8,12 @@ Hypotheses are ranked by score / length**length_penalty.
 Two optional parts make it the CTC searches of Polák et al., IWSLT 2023: joint CTC/attention scoring (λ > 0,
 :class:`~simulst.search.joint.JointCtcScores`, §2.2) and a stop rule asked before each expansion (the CTC online
 policy's end test, :mod:`simulst.search.ctc_end`, §2.3), never on the final chunk.
+
+A chunk's search (not a final one) asked to (``Query.stop_at_loops``: the stream's loop guard is on) also ends
+where its best beam runs into a repetition loop: the loop guard would commit nothing from there on, and a beam
+search that keeps the loop as its best beam would otherwise search on to the token budget every chunk. The stream
+then searches a decode committed whole of the same audio again, and trims its buffer as after a loop cut
+(``SearchState.looped``).
 """
 
 from __future__ import annotations
@@ -81,9 +87,13 @@ class BeamSearch(Searcher):
         scores: Scores | None = None
         if self.ctc_weight > 0:
             scores = JointCtcScores(model, query.enc, prefix, self.ctc_weight, self.pre_beam)
-        rule = BeamRule(self.beam, self.length_penalty, check)
+        loops = query.stop_at_loops and not query.final
+        rule = BeamRule(self.beam, self.length_penalty, check, loop_floor=len(prefix) if loops else None)
         budget = query.max_new_tokens - (len(beam.tokens) - len(prefix))
         beams = expand(model, decoder, [beam], logp.unsqueeze(0), budget, costs, rule, scores)
+        state.looped = rule.looped
+        if rule.looped:
+            costs.count("loop_stops")
         return [b.hypothesis() for b in beams]
 
 

@@ -42,6 +42,7 @@ import torch
 
 from simulst.models.base import DecoderModel, TracingDecoder
 from simulst.search.stopping import StopCheck
+from simulst.sequences import LOOP_LOOKBACK, loop_cut
 from simulst.types import Costs, Hypothesis
 
 TRIMMED_TOKENS = 2  # "remove the last two tokens" (IBWBS paper Alg. 1 l. 6, Alg. 2 l. 8; 2023 Alg. 1 l. 20)
@@ -193,16 +194,27 @@ class StepRule(ABC):
 
 
 class BeamRule(StepRule):
-    """Standard beam search of width K (K = 1: greedy), with an optional stop check before each expansion."""
+    """Standard beam search of width K (K = 1: greedy), with an optional stop check before each expansion, and
+    optionally a stop where the best beam runs into a repetition loop.
 
-    def __init__(self, beam: int, length_penalty: float, check: StopCheck | None = None) -> None:
+    Args:
+        loop_floor: stop when the best beam's last token, past this many tokens (the forced prefix), completes a
+            repetition loop (:func:`~simulst.sequences.loop_cut`): the stream's loop guard commits nothing from
+            there on, so a chunk's search past it is spent in vain. None: never.
+    """
+
+    def __init__(self, beam: int, length_penalty: float, check: StopCheck | None = None,
+                 loop_floor: int | None = None) -> None:
         self.beam = beam
         self.length_penalty = length_penalty
         self.check = check
+        self.loop_floor = loop_floor
+        self.looped = False
         self.finished: list[Beam] = []
 
     def stop_before(self, beams: Sequence[Beam], logp: torch.Tensor, state: object) -> bool:
-        self.ended = self.check is not None and self.check(beams[0].tokens, logp[0], state)
+        self.looped = self.loop_floor is not None and ends_in_loop(beams[0].tokens, self.loop_floor)
+        self.ended = self.looped or (self.check is not None and self.check(beams[0].tokens, logp[0], state))
         return self.ended
 
     def width(self, beams: Sequence[Beam]) -> int:
@@ -292,6 +304,12 @@ class SynchronousRule(StepRule):
 
     def result(self, beams: Sequence[Beam]) -> list[Beam]:
         return list(self.levels[max(0, len(self.levels) - 2)] if self.ended else self.levels[0])
+
+
+def ends_in_loop(tokens: Sequence[int], floor: int) -> bool:
+    """True when the last of ``tokens``, past the first ``floor``, completes a repetition loop (earlier copies
+    looked for as far back as the loop guard looks behind the committed tokens)."""
+    return len(tokens) > floor and loop_cut(tokens, len(tokens), max(0, floor - LOOP_LOOKBACK)) is not None
 
 
 def seen_key(beam: Beam) -> tuple[int, ...]:

@@ -197,54 +197,6 @@ def target_tokens(
     return stable[: whole_words(stable, hyps[0], context.tokenizer)]
 
 
-LOOP_MAX_NGRAM = 16  # tokens: the longest n-gram checked for immediate repetition
-LOOP_SPAN = 12  # tokens: a span said a third time ...
-LOOP_LOOKBACK = 100  # ... within this many tokens of its first time is a loop
-COPY_SPAN = 6  # tokens: a span said a second time ...
-COPY_LOOKBACK = 60  # ... within this many tokens of its first time (about 15 s of speech) is a loop
-
-
-def loop_free_length(tokens: Sequence[int], start: int) -> int:
-    """Length of the longest prefix of ``tokens`` (at least ``start``) free of repetition loops: the loop guard
-    against Whisper's "however, however, however, ..." and a sentence said again and again.
-
-    A loop is an n-gram of 1-3 tokens following itself more than 3 times in a row, a longer one (up to 16 tokens)
-    more than twice, a span of 12 tokens said a third time within 100 tokens (a sentence repeated with small
-    changes in between), or a span of 6 tokens said again within 60 tokens: Whisper reading the audio of a
-    sentence it has transcribed a second time ("... the chemical is. The cabbage juice changes color ..."), which
-    speakers seldom do word for word within a few seconds. The cut comes where the extra copy starts; tokens before
-    ``start`` (committed already) are never cut, though they count as what came before. (A copy begun inside the
-    committed output is not finished; the stream trims its buffer behind the committed text, so the model stops
-    reading that audio again: :class:`~simulst.streaming.session.Session`.)"""
-    seen: dict[tuple[int, ...], list[int]] = {}  # span -> where it started
-    recent: dict[tuple[int, ...], int] = {}  # COPY_SPAN span -> where it last started
-    first = max(0, start - LOOP_LOOKBACK)
-    for end in range(first + 1, len(tokens) + 1):
-        if end > start:
-            for n in range(1, LOOP_MAX_NGRAM + 1):
-                copies = 4 if n <= 3 else 3  # one more than allowed
-                if n * copies > end:
-                    continue
-                gram = tokens[end - n : end]
-                if all(tokens[end - k * n - n : end - k * n] == gram for k in range(1, copies)):
-                    return max(start, end - n)
-        if end - 2 * LOOP_SPAN >= first:  # spans that end before the current one starts (a copy never overlaps)
-            seen.setdefault(tuple(tokens[end - 2 * LOOP_SPAN : end - LOOP_SPAN]), []).append(end - 2 * LOOP_SPAN)
-        copy = end - LOOP_SPAN
-        if end > start and copy >= first:
-            earlier = [o for o in seen.get(tuple(tokens[copy:end]), ()) if copy - o <= LOOP_LOOKBACK]
-            if len(earlier) >= 2 and earlier[-1] - earlier[0] >= LOOP_SPAN:
-                return max(start, copy)
-        if end - 2 * COPY_SPAN >= first:
-            recent[tuple(tokens[end - 2 * COPY_SPAN : end - COPY_SPAN])] = end - 2 * COPY_SPAN
-        again = end - COPY_SPAN
-        if end > start and again >= first:
-            before = recent.get(tuple(tokens[again:end]))
-            if before is not None and again - before <= COPY_LOOKBACK:
-                return max(start, again)
-    return len(tokens)
-
-
 def whole_words(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:
     """Length of the longest prefix of ``stable`` that ends at a word boundary of the best hypothesis.
 

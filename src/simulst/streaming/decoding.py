@@ -83,6 +83,10 @@ class Decoded:
     prompt: tuple[int, ...] = ()
     offset: int = 0
     base: int = 0
+    looped: bool = False
+    """(its search ended where the best hypothesis ran into a repetition loop: the loop guard cuts where that loop
+    starts, the buffer is trimmed as after a loop cut, and a decode committed whole of the same source searches
+    again)"""
     bounds: tuple[list[int], bool] | None = field(default=None, init=False, repr=False, compare=False)
     """(memo of :meth:`ChunkDecoder.token_bounds`)"""
     spans: list[tuple[int, int]] | None = field(default=None, init=False, repr=False, compare=False)
@@ -90,7 +94,7 @@ class Decoded:
 
     def held(self) -> Decoded:
         """The same decode with its hypotheses held back (nothing committed from it)."""
-        return Decoded(self.read, [], self.enc, self.prompt, self.offset, self.base)
+        return Decoded(self.read, [], self.enc, self.prompt, self.offset, self.base, self.looped)
 
 
 NOTHING = Decoded(-1, [])
@@ -139,7 +143,8 @@ class ChunkDecoder:
         audio, read = buf.head(samples), buf.offset + samples
         if audio.shape[0] == 0 or is_silent(audio):
             decoded = Decoded(read, [])
-        elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self._final_differs):
+        elif read == self.last.read and self.last.hyps and not (reason.commits_whole
+                                                                and self._final_differs(self.last)):
             decoded = self.last  # the source did not grow since the last decode: same result
         else:  # (a decode committed whole of the same source as the last searches again on its encoding)
             decoded = self._search(audio, read, reason, self.last.enc if read == self.last.read else None)
@@ -151,10 +156,9 @@ class ChunkDecoder:
         costs.compute_s += time.perf_counter() - start
         return decoded
 
-    @property
-    def _final_differs(self) -> bool:
-        """A decode committed whole searches differently from a chunk's decode of the same audio."""
-        return self.final_searcher is not self.searcher or self.searcher.final_differs
+    def _final_differs(self, last: Decoded) -> bool:
+        """A decode committed whole searches differently from the chunk's decode ``last`` of the same audio."""
+        return self.final_searcher is not self.searcher or self.searcher.final_differs or last.looped
 
     def token_starts(self, decoded: Decoded) -> list[int] | None:
         """Where each token of the best hypothesis after the buffer's base starts in the buffer (samples), and
@@ -236,14 +240,16 @@ class ChunkDecoder:
         prefix = tuple(committed[base:])
         query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
                       draft=self._draft(),
-                      no_speech_threshold=self.guards.no_speech_threshold if judged else None)
+                      no_speech_threshold=self.guards.no_speech_threshold if judged else None,
+                      stop_at_loops=self.guards.loop_guard)
         searcher = self.final_searcher if reason.commits_whole else self.searcher
+        self.search.looped = False
         hyps = searcher.search(self.model, query, self.search, costs)
         if not hyps:  # (the searcher judged the encoding to hold no speech)
             return Decoded(read, [], enc, prompt, self.buffer.offset, base)
         if before:  # the policies and the commit path see whole outputs
             hyps = [Hypothesis(before + h.tokens, h.score, h.finished, h.alignment, h.token_scores) for h in hyps]
-        return Decoded(read, hyps, enc, prompt, self.buffer.offset, base)
+        return Decoded(read, hyps, enc, prompt, self.buffer.offset, base, self.search.looped)
 
     def _max_new(self, audio: np.ndarray, prefix: int) -> int:
         """The most tokens searched after a forced ``prefix``: the option, or a budget per second of audio (a

@@ -7,7 +7,7 @@
   speech in it;
 * unsure word: a chunk commits no word holding a token scored below a threshold (nor anything after it) until two
   consecutive decodes agree on it;
-* loop: no repetition loop is committed (:func:`~simulst.streaming.commit.loop_free_length`).
+* loop: no repetition loop is committed (:func:`~simulst.sequences.loop_free_length`).
 
 Which guard applies to which decode is the :class:`~simulst.streaming.decoding.DecodeReason`'s business.
 """
@@ -24,7 +24,7 @@ from simulst.audio.vad import holds_speech
 from simulst.config import StreamOptions
 from simulst.errors import ModelLoadError
 from simulst.models.base import Encoded, SpeechJudge, SpeechModel, Tokenizer
-from simulst.streaming.commit import loop_free_length
+from simulst.sequences import loop_free_length
 from simulst.types import Costs, Hypothesis
 
 
@@ -109,13 +109,16 @@ class Guards:
         costs.count("silent_tail_skips")
         return True
 
-    def loop_free(self, target: Sequence[int], committed: int, tokenizer: Tokenizer,
-                  costs: Costs) -> tuple[Sequence[int], bool]:
+    def loop_free(self, target: Sequence[int], committed: int, tokenizer: Tokenizer, costs: Costs,
+                  looped: Sequence[int] | None = None) -> tuple[Sequence[int], bool]:
         """``target`` cut before a repetition loop, back to a whole word (never into the ``committed`` tokens), and
-        whether it was cut."""
+        whether it was cut. ``looped``: the best hypothesis of a search that stopped where it ran into a loop (it
+        ends where the loop is complete): ``target``, a prefix of it, is cut where that loop's extra copy starts."""
         if not self.loop_guard:
             return target, False
         keep = loop_free_length(target, committed)
+        if looped is not None:
+            keep = min(keep, loop_free_length(looped, committed))
         if keep == len(target):
             return target, False
         costs.count("loop_cuts")

@@ -161,9 +161,11 @@ class Session(OutputView):
             decoded = self.decoder.decode(DecodeReason.CHUNK, samples)
             emitted, loop_cut = self._commit(decoded, DecodeReason.CHUNK)
             out += emitted
-            # a loop cut: the model reads committed audio again - trim it away now (else once the buffer is long)
-            if loop_cut or samples > buf.segment:
-                self._trim(decoded, samples, eager=loop_cut)
+            # a loop (cut from the commit, or where the search stopped): the model reads committed audio again -
+            # trim it away now (else once the buffer is long)
+            loop = loop_cut or decoded.looped
+            if loop or samples > buf.segment:
+                self._trim(decoded, samples, eager=loop)
         return out
 
     def _commit(self, decoded: Decoded, reason: DecodeReason) -> tuple[list[Emission], bool]:
@@ -179,7 +181,8 @@ class Session(OutputView):
                                                 self.model.tokenizer, st.costs)
             searched = self.decoder.last.hyps  # (the decode as searched: a held one's hypotheses too)
             self._previous_best = searched[0].tokens if searched else ()
-        target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs)
+        looped = decoded.hyps[0].tokens if decoded.looped and decoded.hyps else None
+        target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs, looped)
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
         times = None  # where the new tokens were spoken (a prefix of the best hypothesis: its timing)
