@@ -81,9 +81,20 @@ def loop_free_length(tokens: Sequence[int], start: int) -> int:
     they count as what came before (as far back as 100 tokens). (A copy begun inside the committed output is not
     finished; the stream trims its buffer behind the committed text, so the model stops reading that audio again:
     :class:`~simulst.streaming.session.Session`.)"""
-    first = max(0, start - LOOP_LOOKBACK)
+    first = _lookback(start)
     for end in range(start + 1, len(tokens) + 1):
         cut = loop_cut(tokens, end, first)
         if cut is not None:
             return max(start, cut)
     return len(tokens)
+
+
+def ends_in_loop(tokens: Sequence[int], start: int) -> bool:
+    """True when the last of ``tokens``, past the first ``start``, completes a repetition loop (:func:`loop_cut`,
+    earlier copies looked for as far back as :func:`loop_free_length` looks)."""
+    return len(tokens) > start and loop_cut(tokens, len(tokens), _lookback(start)) is not None
+
+
+def _lookback(start: int) -> int:
+    """The first position whose spans a loop check past ``start`` compares with."""
+    return max(0, start - LOOP_LOOKBACK)

@@ -42,7 +42,7 @@ import torch
 
 from simulst.models.base import DecoderModel, TracingDecoder
 from simulst.search.stopping import StopCheck
-from simulst.sequences import LOOP_LOOKBACK, loop_cut
+from simulst.sequences import ends_in_loop
 from simulst.types import Costs, Hypothesis
 
 TRIMMED_TOKENS = 2  # "remove the last two tokens" (IBWBS paper Alg. 1 l. 6, Alg. 2 l. 8; 2023 Alg. 1 l. 20)
@@ -304,12 +304,6 @@ class SynchronousRule(StepRule):
 
     def result(self, beams: Sequence[Beam]) -> list[Beam]:
         return list(self.levels[max(0, len(self.levels) - 2)] if self.ended else self.levels[0])
-
-
-def ends_in_loop(tokens: Sequence[int], floor: int) -> bool:
-    """True when the last of ``tokens``, past the first ``floor``, completes a repetition loop (earlier copies
-    looked for as far back as the loop guard looks behind the committed tokens)."""
-    return len(tokens) > floor and loop_cut(tokens, len(tokens), max(0, floor - LOOP_LOOKBACK)) is not None
 
 
 def seen_key(beam: Beam) -> tuple[int, ...]:
