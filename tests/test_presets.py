@@ -167,18 +167,23 @@ def test_a_preset_that_reads_a_ctc_head_falls_back_where_the_model_ships_none() 
 
 
 def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
-    # translate balanced: a beam search of 3 under beam agreement; a given --beam / --search wins, and the API keeps
-    # the search's other fields
+    # translate accurate: a beam search of 3 under LA-2; a given --beam / --search wins, and the API keeps the
+    # search's other fields
     parser = build_parser()
-    balanced = ["translate", "a.wav", "--model", "whisper-base"]
-    options = stream_options_from_args(parser.parse_args(balanced))
-    assert options.search == SearchOptions("beam", beam=3) and options.policy == PolicyOptions("ba", 2)
-    wider = stream_options_from_args(parser.parse_args([*balanced, "--beam", "8", "--final-beam", "4"])).search
+    accurate = ["translate", "a.wav", "--model", "whisper-base", "--latency", "accurate"]
+    options = stream_options_from_args(parser.parse_args(accurate))
+    assert options.search == SearchOptions("beam", beam=3) and options.policy == PolicyOptions("la", 2)
+    wider = stream_options_from_args(parser.parse_args([*accurate, "--beam", "8", "--final-beam", "4"])).search
     assert wider == SearchOptions("beam", beam=8, final_beam=4)
-    greedy = stream_options_from_args(parser.parse_args([*balanced, "--search", "greedy"]))
-    assert greedy.search.name == "greedy" and greedy.policy == PolicyOptions("ba", 2)  # (greedy BA-2 is LA-2)
-    kept = preset_options("translate", "balanced", stream=StreamOptions(search=SearchOptions(final_beam=4)))[1]
+    greedy = stream_options_from_args(parser.parse_args([*accurate, "--search", "greedy"]))
+    assert greedy.search.name == "greedy" and greedy.policy == PolicyOptions("la", 2)
+    kept = preset_options("translate", "accurate", stream=StreamOptions(search=SearchOptions(final_beam=4)))[1]
     assert kept.search == SearchOptions("beam", beam=3, final_beam=4)
-    # translate low: greedy search under LA-2, named, so that its flags give it under any --latency
-    low = stream_options_from_args(parser.parse_args([*balanced, "--latency", "low"]))
-    assert low.search == SearchOptions("greedy", beam=1) and low.policy == PolicyOptions("la", 2)
+    # translate balanced and low: greedy search under LA-2, named, so that their flags give them under any
+    # --latency; beam agreement over a beam of 3 is the flags' to ask for
+    for latency in ("balanced", "low"):
+        chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", latency]))
+        assert chosen.search == SearchOptions("greedy", beam=1) and chosen.policy == PolicyOptions("la", 2)
+    beam_agreement = ["--search", "beam", "--beam", "3", "--policy", "ba-2"]
+    chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", *beam_agreement]))
+    assert chosen.search == SearchOptions("beam", beam=3) and chosen.policy == PolicyOptions("ba", 2)
