@@ -812,7 +812,7 @@ def main() -> None:
         "`balanced` preset (transcription: LA-2, 600 ms chunks, the audio window, `--segment-s 10 --max-buffer-s "
         "16` since 2026-11-26 13:30 UTC and `--vad` since 16:42 UTC (before, the option defaults' `--segment-s 5 "
         "--max-buffer-s 8`, now the config `buffer-8`, and no VAD, now `no-vad`); translation: `--chunk-ms 1000 "
-        "--search greedy --policy la-2 --segment-s 10 --max-buffer-s 30`, except from 2026-11-27 07:30 to 09:30 "
+        "--search greedy --policy la-2 --segment-s 10 --max-buffer-s 30`, except from 2026-11-27 07:30 to 09:20 "
         "UTC, when it was `--search beam --beam 3 --policy ba-2` (the config `beam-3-ba-2`; rows of then named "
         "`default` are that, rows named `greedy-la-2` the greedy preset)); `low` / `accurate`: the task's other "
         "presets; every other config "
