@@ -132,9 +132,9 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # A translation's balanced point is greedy search under LocalAgreement-2 over 1 s chunks. A beam of 3 under beam
 # agreement (BA-2: commit what the best hypothesis shares with a beam of the chunk before) read more BLEU on the de +
 # fr dev utterances and dev talks, but by less than its interval (bench/results/quality_latency_grids_translate.md,
-# longform_phases_translate/), for more compute: a documented option, not the default. The accurate point searches a beam of 3 under LA-2 (more BLEU than greedy LA-2 on the
-# utterances, an interval that holds zero). The search and the policy are named in every translate preset, so that
-# its flags give it.
+# longform_phases_translate/), for more compute: a documented option, not the default. The accurate point searches
+# a beam of 3 under LA-2 (more BLEU than greedy LA-2 on the utterances, an interval that holds zero). The search and
+# the policy are named in every translate preset, so that its flags give it.
 _TRANSLATE_GREEDY = {"search": "greedy", "beam": 1, "policy": "la-2"}  # (one beam: no other preset's beam applies)
 
 _ALL = (
