@@ -1,11 +1,13 @@
 """Trace one long-form stream decode by decode: where it searched, what its guards did, what it committed.
 
-For finding out why a stream stalls, loops or loses a sentence. One line per chunk decode: the source read so far
-(s), the span of the source it decoded (the buffer's, s), the stream's counters that moved in that decode
-(``loop_stops``: its search stopped at a repetition loop; ``loop_cuts``: the loop guard cut the commit;
-``unsure_skips``: the low-confidence guard held the decode back; ``no_speech_skips``; ``trims``;
-``segment_commits``: a full buffer committed whole), and the end of the best hypothesis as searched (committed text
-included); then a line per emission, and the stream's counters at the end::
+For finding out why a stream stalls, loops or loses a sentence. One line per decode: the source read (s), the span
+of the source it decoded (the buffer's, s), why it decoded (a chunk, a full buffer, the source's end, a pause),
+the end of its best hypothesis as searched (committed text included; a decode the low-confidence guard held back
+shows what it held); after the last decode of each chunk pushed, the stream's counters that moved meanwhile
+(``loop_stops``: a search stopped at a repetition loop; ``loop_cuts``: the loop guard cut the commit;
+``unsure_skips``: the low-confidence guard held a decode back; ``no_speech_skips``; ``trims``;
+``segment_commits``: a full buffer committed whole); then a line per emission, and the stream's counters at the
+end::
 
     .venv/bin/python bench/trace_stream.py de default [--initial-wait-ms 1667] [--tail 160]
 
@@ -25,25 +27,40 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from longform import CONFIGS, SETS, TALKS, Talk
+from simulst.streaming.decoding import Decoded, DecodeReason
 from simulst.streaming.session import Session
 
 
 def trace(session: Session, audio: np.ndarray, tail: int = 160) -> Iterator[str]:
-    """Stream ``audio`` through ``session`` a chunk at a time; yield a line per decode and per emission, and the
-    counters at the end (see the module notes). ``tail``: the characters of each best hypothesis shown."""
+    """Stream ``audio`` through ``session`` a chunk at a time; yield a line per decode, the counters that moved
+    during each chunk, a line per emission, and the counters at the end (see the module notes). ``tail``: the
+    characters of each best hypothesis shown."""
     rate, step = session.sample_rate, session.chunk_samples
     tokenizer = session.model.tokenizer
+    decoder = session.decoder
+    decodes: list[tuple[DecodeReason, Decoded, int, int]] = []  # (why, as searched, source read, buffer offset)
+    decode = decoder.decode
+
+    def recorded(reason: DecodeReason, samples: int) -> Decoded:
+        offset = session.buffer.offset
+        decoded = decode(reason, samples)
+        decodes.append((reason, decoder.last, decoded.read, offset))
+        return decoded
+
+    setattr(decoder, "decode", recorded)  # (this stream's decodes only)  # noqa: B010
     for pos in [*range(0, audio.shape[0], step), None]:  # None: the source's end
-        last, counters = session.decoder.last, dict(session.costs.extra)
+        counters = dict(session.costs.extra)
         emissions = session.push(audio[pos : pos + step]) if pos is not None else session.finish()
-        decoded = session.decoder.last
-        if decoded is not last:
-            moved = {k: v - counters.get(k, 0) for k, v in session.costs.extra.items() if v != counters.get(k, 0)}
-            best = tokenizer.decode(list(decoded.hyps[0].tokens)) if decoded.hyps else ""
-            start = decoded.offset if decoded.hyps else session.buffer.offset  # (a silent decode keeps no offset)
-            span = f"{start / rate:7.2f}-{decoded.read / rate:7.2f} s"
+        moved = {k: v - counters.get(k, 0) for k, v in session.costs.extra.items() if v != counters.get(k, 0)}
+        for i, (reason, searched, read, offset) in enumerate(decodes):
+            best = tokenizer.decode(list(searched.hyps[0].tokens)) if searched.hyps else ""
             events = " ".join(f"+{k}" if n == 1 else f"+{n} {k}" for k, n in sorted(moved.items()))
-            yield f"{decoded.read / rate:7.2f} s  audio {span}  {events:<24} …{best[-tail:]!r}"
+            events = events if i == len(decodes) - 1 else ""
+            yield (f"{read / rate:7.2f} s  audio {offset / rate:7.2f}-{read / rate:7.2f} s  {reason.value:<11}  "
+                   f"{events:<24} …{best[-tail:]!r}")
+        if not decodes and moved:  # (no decode: a trim of silence, a VAD event)
+            yield f"{session.buffer.read / rate:7.2f} s  {' '.join(f'+{k}' for k in sorted(moved))}"
+        decodes.clear()
         for emission in emissions:
             yield f"  EMIT {emission.source_ms / 1000:7.2f} s  {emission.text!r}"
     yield f"counters: {session.costs.extra}"
