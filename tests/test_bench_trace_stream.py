@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from simulst.config import PolicyOptions, SearchOptions, StreamOptions
 from simulst.streaming.session import Session
-from tests.toy import ToySpeechModel, tone
+from tests.toy import ToySpeechModel, UnsureToy, tone
 from trace_stream import trace
 
 
@@ -34,15 +34,6 @@ def test_a_line_per_decode_and_per_emission() -> None:
         "  EMIT    4.20 s  ' the mat'",
         "counters: {}",
     ]
-
-
-class UnsureToy(ToySpeechModel):
-    """Before it hears its first word it babbles " uh" at p .2 (every other token .16): log-prob -1.6 a token."""
-
-    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
-        if audio_samples < self.ms_per_word and set(tokens) <= {1}:
-            return {1: 0.2, **{t: 0.16 for t in (0, 2, 3, 4, 5)}}
-        return super()._next(tokens, audio_samples)
 
 
 def test_a_decode_line_names_the_counters_that_moved() -> None:

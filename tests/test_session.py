@@ -17,7 +17,7 @@ from simulst.search.core import Beam
 from simulst.streaming.commit import whole_words
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import ToySpeechModel, ToyTokenizer, push_in_pieces, stream_search, tone
+from tests.toy import ToySpeechModel, ToyTokenizer, UnsureToy, push_in_pieces, stream_search, tone
 
 
 def options(policy: str = "la-2", chunk_ms: float = 1000, search: str = "greedy", **kw: float) -> StreamOptions:
@@ -247,17 +247,6 @@ class SilenceAwareToy(ToySpeechModel):
     def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
         costs.decoder_calls += 1
         return 0.9 if enc.audio_samples < self.ms_per_word else 0.1
-
-
-class UnsureToy(ToySpeechModel):
-    """Before it hears anything it babbles " uh" at p .2 (every other token .16): log-prob -1.6 a token."""
-
-    babble_p, other_p = 0.2, 0.16
-
-    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
-        if audio_samples < self.ms_per_word and set(tokens) <= {1}:
-            return {1: self.babble_p, **{t: self.other_p for t in (0, 2, 3, 4, 5)}}
-        return super()._next(tokens, audio_samples)
 
 
 def test_the_low_confidence_guard_skips_a_chunk_of_guesses() -> None:

@@ -141,6 +141,17 @@ class ToySpeechModel(ScriptedDecoder):
         return Encoded(frames=torch.zeros(1, max(1, math.ceil(audio.shape[0] / 20)), 1), audio_samples=audio.shape[0])
 
 
+class UnsureToy(ToySpeechModel):
+    """Before it hears anything it babbles " uh" at p .2 (every other token .16): log-prob -1.6 a token."""
+
+    babble_p, other_p = 0.2, 0.16
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        if audio_samples < self.ms_per_word and set(tokens) <= {1}:
+            return {1: self.babble_p, **{t: self.other_p for t in (0, 2, 3, 4, 5)}}
+        return super()._next(tokens, audio_samples)
+
+
 def tone(ms: int, rate: int = 1000) -> np.ndarray:
     """Non-silent toy audio of ``ms`` milliseconds."""
     return (0.1 * np.sin(np.arange(ms * rate // 1000) / 3.0)).astype(np.float32)

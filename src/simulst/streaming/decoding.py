@@ -143,8 +143,7 @@ class ChunkDecoder:
         audio, read = buf.head(samples), buf.offset + samples
         if audio.shape[0] == 0 or is_silent(audio):
             decoded = Decoded(read, [])
-        elif read == self.last.read and self.last.hyps and not (reason.commits_whole
-                                                                and self._final_differs(self.last)):
+        elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self._final_differs):
             decoded = self.last  # the source did not grow since the last decode: same result
         else:  # (a decode committed whole of the same source as the last searches again on its encoding)
             decoded = self._search(audio, read, reason, self.last.enc if read == self.last.read else None)
@@ -156,9 +155,10 @@ class ChunkDecoder:
         costs.compute_s += time.perf_counter() - start
         return decoded
 
-    def _final_differs(self, last: Decoded) -> bool:
-        """A decode committed whole searches differently from the chunk's decode ``last`` of the same audio."""
-        return self.final_searcher is not self.searcher or self.searcher.final_differs or last.looped
+    @property
+    def _final_differs(self) -> bool:
+        """A decode committed whole searches differently from the last chunk's decode of the same audio."""
+        return self.final_searcher is not self.searcher or self.searcher.final_differs or self.last.looped
 
     def token_starts(self, decoded: Decoded) -> list[int] | None:
         """Where each token of the best hypothesis after the buffer's base starts in the buffer (samples), and
