@@ -18,7 +18,7 @@ from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import Encoded, PreviousTextPrompter, TokenTimer
 from simulst.models.timing import dtw, median_filter, token_start_frames
 from simulst.mt.options import MTOptions
-from simulst.sequences import loop_cut, loop_free_length
+from simulst.sequences import first_loop, loop_cut, loop_free_length
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.feed import feed_fast
 from simulst.streaming.mt_stage import MTStage
@@ -123,6 +123,17 @@ def test_loop_guard_equals_the_incremental_one(pieces: list[list[int]], order: l
     start = min(start, len(tokens))
     assert loop_free_length(tokens, start) == incremental_loop_free_length(tokens, start)
     assert loop_free_length(tuple(tokens), start) == loop_free_length(tokens, start)
+
+
+def test_first_loop_says_where_the_copy_repeats_from() -> None:
+    assert first_loop([5, 6] * 4, 0) == (6, 4)  # the 4th " 5 6" is cut; the copy before it starts at 4
+    assert first_loop([1, 2, 3, 4] * 3, 0) == (8, 4)
+    sentence = list(range(20, 34))
+    assert first_loop([*sentence, 1, *sentence, 2, 3], 0) == (15, 0)  # a sentence said again: from its start
+    spaced = [*sentence, *range(40, 87), *sentence, 2, *sentence]
+    assert first_loop(spaced, 0) == (76, 61)  # said a third time: the copy before is the second
+    assert first_loop([1, 2, 3, 4, 5], 0) is None
+    assert first_loop([5, 6] * 5, 8) == (7, 5)  # " 6 5" a 4th time, begun in the committed tokens
 
 
 def test_loop_cut_reads_the_end_only() -> None:

@@ -179,11 +179,13 @@ def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
     assert greedy.search.name == "greedy" and greedy.policy == PolicyOptions("la", 2)
     kept = preset_options("translate", "accurate", stream=StreamOptions(search=SearchOptions(final_beam=4)))[1]
     assert kept.search == SearchOptions("beam", beam=3, final_beam=4)
-    # translate balanced and low: greedy search under LA-2, named, so that their flags give them under any
-    # --latency; beam agreement over a beam of 3 is the flags' to ask for
-    for latency in ("balanced", "low"):
-        chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", latency]))
-        assert chosen.search == SearchOptions("greedy", beam=1) and chosen.policy == PolicyOptions("la", 2)
-    beam_agreement = ["--search", "beam", "--beam", "3", "--policy", "ba-2"]
-    chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", *beam_agreement]))
-    assert chosen.search == SearchOptions("beam", beam=3) and chosen.policy == PolicyOptions("ba", 2)
+    # translate balanced: a beam of 3 under beam agreement; low: greedy search under LA-2; both named, so that
+    # their flags give them under any --latency
+    balanced = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced"]))
+    assert balanced.search == SearchOptions("beam", beam=3) and balanced.policy == PolicyOptions("ba", 2)
+    assert stream_options_from_args(parser.parse_args(accurate[:4])) == balanced  # (the default)
+    low = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low"]))
+    assert low.search == SearchOptions("greedy", beam=1) and low.policy == PolicyOptions("la", 2)
+    greedy_flags = ["--search", "greedy", "--beam", "1", "--policy", "la-2"]
+    chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", *greedy_flags]))
+    assert chosen.search == SearchOptions("greedy", beam=1) and chosen.policy == PolicyOptions("la", 2)

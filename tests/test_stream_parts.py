@@ -150,9 +150,28 @@ def test_the_loop_guard_cuts_where_the_loop_of_a_stopped_search_starts() -> None
     guards, costs = Guards(StreamOptions(), False, segment=5000), Costs()
     best, target = [1, 2] * 4, [1, 2] * 3 + [1]
     assert list(guards.loop_free(target, 0, TOKENIZER, costs)[0]) == target  # (the target alone holds no loop)
-    kept, cut = guards.loop_free(target, 0, TOKENIZER, costs, looped=best)
+    kept, cut = guards.loop_free(target, 0, TOKENIZER, costs, best=best)
     assert (list(kept), cut, costs.extra) == ([1, 2] * 3, True, {"loop_cuts": 1})
-    assert guards.loop_free([1, 2], 0, TOKENIZER, Costs(), looped=best) == ([1, 2], False)  # before the copy: kept
+    assert guards.loop_free([1, 2], 0, TOKENIZER, Costs(), best=best) == ([1, 2], False)  # before the copy: kept
+
+
+def test_the_loop_guard_cuts_a_copy_the_best_hypothesis_begins_and_the_words_that_lead_it() -> None:
+    # "one two three four five six." then " One two three four five six." again: the target (what two decodes
+    # agree on) holds " One two three" of the copy, the best hypothesis all of it. The 6-token copy starts at
+    # " two"; " One" reads as " one" but for its case, so the cut moves back over it: nothing of the copy is kept
+    pieces = ["<eos>", " one", " two", " three", " four", " five", " six", ".", " One", " seven"]
+    tokenizer, guards = ToyTokenizer(pieces), Guards(StreamOptions(), False, segment=5000)
+    said = [1, 2, 3, 4, 5, 6, 7]
+    best, target = [*said, 8, 2, 3, 4, 5, 6, 7], [*said, 8, 2, 3]
+    costs = Costs()
+    assert guards.loop_free(target, 7, tokenizer, costs) == (target, False)  # (the target alone holds no loop)
+    kept, cut = guards.loop_free(target, 7, tokenizer, costs, best=best)
+    assert (list(kept), cut, costs.extra) == (said, True, {"loop_cuts": 1})
+    assert guards.loop_free(target, 8, tokenizer, Costs(), best=best)[0] == [*said, 8]  # " One" committed: kept
+    new = [*said, 9, 2, 3]  # " seven" leads the copy: a word of its own, kept
+    assert guards.loop_free(new, 7, tokenizer, Costs(), best=[*said, 9, 2, 3, 4, 5, 6, 7])[0] == [*said, 9]
+    other = [*said, 9, 1]  # a best hypothesis the target does not follow is not read
+    assert guards.loop_free(other, 7, tokenizer, Costs(), best=best) == (other, False)
 
 
 # ------------------------------------------------------------------------------------------------ the prompt

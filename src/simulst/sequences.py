@@ -50,26 +50,33 @@ def loop_cut(tokens: Sequence[int], end: int, first: int = 0) -> int | None:
     tokens: Whisper reading the audio of a sentence it has transcribed a second time ("... the chemical is. The
     cabbage juice changes color ..."), which speakers seldom do word for word within a few seconds. Earlier copies
     of a span end before the copy at ``end`` starts."""
+    found = loop_span(tokens, end, first)
+    return None if found is None else found[0]
+
+
+def loop_span(tokens: Sequence[int], end: int, first: int = 0) -> tuple[int, int] | None:
+    """:func:`loop_cut` and where the copy it cuts repeats from: (where the extra copy starts, where the copy
+    before it starts), or None."""
     for n in range(1, LOOP_MAX_NGRAM + 1):
         copies = 4 if n <= 3 else 3  # one more than allowed
         if n * copies > end:
             break
         gram = tokens[end - n : end]
         if all(tokens[end - k * n - n : end - k * n] == gram for k in range(1, copies)):
-            return end - n
+            return end - n, end - 2 * n
     copy = end - LOOP_SPAN
     if copy >= first:
         span = tokens[copy:end]
         earlier = [o for o in range(max(first, copy - LOOP_LOOKBACK), copy - LOOP_SPAN + 1)
                    if tokens[o] == span[0] and tokens[o : o + LOOP_SPAN] == span]
         if len(earlier) >= 2 and earlier[-1] - earlier[0] >= LOOP_SPAN:
-            return copy
+            return copy, earlier[-1]
     again = end - COPY_SPAN
     if again >= first:
         span = tokens[again:end]
-        if any(tokens[o] == span[0] and tokens[o : o + COPY_SPAN] == span
-               for o in range(max(first, again - COPY_LOOKBACK), again - COPY_SPAN + 1)):
-            return again
+        for o in range(again - COPY_SPAN, max(first, again - COPY_LOOKBACK) - 1, -1):
+            if tokens[o] == span[0] and tokens[o : o + COPY_SPAN] == span:
+                return again, o
     return None
 
 
@@ -81,12 +88,19 @@ def loop_free_length(tokens: Sequence[int], start: int) -> int:
     they count as what came before (as far back as 100 tokens). (A copy begun inside the committed output is not
     finished; the stream trims its buffer behind the committed text, so the model stops reading that audio again:
     :class:`~simulst.streaming.session.Session`.)"""
+    found = first_loop(tokens, start)
+    return len(tokens) if found is None else max(start, found[0])
+
+
+def first_loop(tokens: Sequence[int], start: int) -> tuple[int, int] | None:
+    """The first repetition loop past ``start`` (:func:`loop_span`: where its extra copy starts, where the copy
+    before it starts), or None: what :func:`loop_free_length` cuts."""
     first = _lookback(start)
     for end in range(start + 1, len(tokens) + 1):
-        cut = loop_cut(tokens, end, first)
-        if cut is not None:
-            return max(start, cut)
-    return len(tokens)
+        found = loop_span(tokens, end, first)
+        if found is not None:
+            return found
+    return None
 
 
 def ends_in_loop(tokens: Sequence[int], start: int) -> bool:

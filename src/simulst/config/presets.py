@@ -129,13 +129,16 @@ _NO_VAD = {"vad": False}
 # model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
 _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}
 
-# A translation's balanced point is greedy search under LocalAgreement-2 over 1 s chunks. A beam of 3 under beam
-# agreement (BA-2: commit what the best hypothesis shares with a beam of the chunk before) read more BLEU on the de +
-# fr dev utterances and dev talks, but by less than its interval (bench/results/quality_latency_grids_translate.md,
-# longform_phases_translate/), for more compute: a documented option, not the default. The accurate point searches
-# a beam of 3 under LA-2 (more BLEU than greedy LA-2 on the utterances, an interval that holds zero). The search and
-# the policy are named in every translate preset, so that its flags give it.
+# A translation's balanced point searches each 1 s chunk with a beam of 3 and commits what the best hypothesis shares
+# with a beam of the chunk before (beam agreement, BA-2). Over three chunk grids of the de + fr dev talks it reads more
+# BLEU than greedy LocalAgreement-2 (the point before) at the same delay, by an interval that excludes zero, since the
+# loop guard cuts a copy the best hypothesis begins (bench/results/longform_phases_loop_lead/); on the dev utterances
+# more BLEU, sooner, by intervals that hold zero (bench/results/quality_latency_grids_translate.md); about 15 % more
+# compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The accurate
+# point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms. The search and the policy are named
+# in every translate preset, so that its flags give it.
 _TRANSLATE_GREEDY = {"search": "greedy", "beam": 1, "policy": "la-2"}  # (one beam: no other preset's beam applies)
+_TRANSLATE_BEAM_AGREEMENT = {"search": "beam", "beam": 3, "policy": "ba-2"}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
@@ -147,9 +150,9 @@ _ALL = (
            {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0, **_NO_VAD}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
            {"chunk_ms": 600.0, **_TRANSLATE_GREEDY, **_SENTENCE_AUDIO}),
-    Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, greedy search: fewer, "
-           "better-informed commits", {"chunk_ms": 1000.0, **_TRANSLATE_GREEDY, **_SENTENCE_AUDIO}),
-    Preset("translate", "accurate", "as balanced, each decode a beam search of 3 hypotheses",
+    Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement: "
+           "near offline quality within 2 s", {"chunk_ms": 1000.0, **_TRANSLATE_BEAM_AGREEMENT, **_SENTENCE_AUDIO}),
+    Preset("translate", "accurate", "as balanced, a commit when the best hypotheses of two chunks agree (LA-2)",
            {"chunk_ms": 1000.0, "search": "beam", "beam": 3, "policy": "la-2", **_SENTENCE_AUDIO}),
 )
 

@@ -7,7 +7,7 @@
   speech in it;
 * unsure word: a chunk commits no word holding a token scored below a threshold (nor anything after it) until two
   consecutive decodes agree on it;
-* loop: no repetition loop is committed (:func:`~simulst.sequences.loop_free_length`).
+* loop: no repetition loop is committed (:func:`~simulst.sequences.first_loop`).
 
 Which guard applies to which decode is the :class:`~simulst.streaming.decoding.DecodeReason`'s business.
 """
@@ -24,8 +24,10 @@ from simulst.audio.vad import holds_speech
 from simulst.config import StreamOptions
 from simulst.errors import ModelLoadError
 from simulst.models.base import Encoded, SpeechJudge, SpeechModel, Tokenizer
-from simulst.sequences import loop_free_length
+from simulst.sequences import first_loop
 from simulst.types import Costs, Hypothesis
+
+COPY_LEAD = 2  # tokens: how far a loop's cut moves back over words its copy repeats but for case and punctuation
 
 
 class Guards:
@@ -110,19 +112,35 @@ class Guards:
         return True
 
     def loop_free(self, target: Sequence[int], committed: int, tokenizer: Tokenizer, costs: Costs,
-                  looped: Sequence[int] | None = None) -> tuple[Sequence[int], bool]:
+                  best: Sequence[int] | None = None) -> tuple[Sequence[int], bool]:
         """``target`` cut before a repetition loop, back to a whole word (never into the ``committed`` tokens), and
-        whether it was cut. ``looped``: the best hypothesis of a search that stopped where it ran into a loop (it
-        ends where the loop is complete): ``target``, a prefix of it, is cut where that loop's extra copy starts."""
+        whether it was cut. ``best``: the hypothesis ``target`` is a prefix of (the search's best, which may run
+        on into the loop): a loop whose extra copy starts inside ``target`` is cut there too, before the copy is
+        complete enough to show in ``target`` itself (" ... of Kowloon. The island of" committed from " ... of
+        Kowloon. The island of Kowloon.", which the next decodes, forced to continue it, repeat for good). The cut
+        moves back over up to :data:`COPY_LEAD` words that the copy repeats but for case and punctuation ("The"
+        for "the")."""
         if not self.loop_guard:
             return target, False
-        keep = loop_free_length(target, committed)
-        if looped is not None:
-            keep = min(keep, loop_free_length(looped, committed))
-        if keep == len(target):
+        tokens = best if best is not None and tuple(best[: len(target)]) == tuple(target) else target
+        found = first_loop(tokens, committed)
+        if found is None or found[0] >= len(target):
             return target, False
+        keep, earlier = max(committed, found[0]), found[1]
+        for _ in range(COPY_LEAD):
+            if keep <= committed or earlier <= 0 or not _same_word(tokens[keep - 1], tokens[earlier - 1], tokenizer):
+                break
+            keep, earlier = keep - 1, earlier - 1
         costs.count("loop_cuts")
         return target[: _word_start(target, keep, committed, tokenizer)], True
+
+
+def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
+    """Two tokens that differ only in case and punctuation (" The" and " the"; the same token: a copy that the
+    loop's rules would have found already)."""
+    def word(token: int) -> str:
+        return "".join(c for c in tokenizer.decode([token]).lower() if c.isalnum())
+    return a != b and word(a) != "" and word(a) == word(b)
 
 
 def _word_start(tokens: Sequence[int], index: int, floor: int, tokenizer: Tokenizer) -> int:

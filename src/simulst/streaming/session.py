@@ -181,8 +181,8 @@ class Session(OutputView):
                                                 self.model.tokenizer, st.costs)
             searched = self.decoder.last.hyps  # (the decode as searched: a held one's hypotheses too)
             self._previous_best = searched[0].tokens if searched else ()
-        looped = decoded.hyps[0].tokens if decoded.looped and decoded.hyps else None
-        target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs, looped)
+        best = decoded.hyps[0].tokens if decoded.hyps else None
+        target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs, best)
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
         times = None  # where the new tokens were spoken (a prefix of the best hypothesis: its timing)
