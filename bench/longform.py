@@ -138,6 +138,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "encoder-int8": ("balanced", {}, {"encoder_precision": "int8"}),
     "final-beam5": ("balanced", {"search": SearchOptions(final_beam=5)}, {}),
     "low-final-beam5": ("low", {"search": SearchOptions(final_beam=5)}, {}),
+    "low-beam3": ("low", {"search": SearchOptions("beam", beam=3)}, {}),
     # translation: a beam search in every chunk, under beam agreement (BA-2) or LA-2
     "beam-3-ba-2": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2")}, {}),
     "beam-3-ba-3": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-3")}, {}),
@@ -832,7 +833,8 @@ def main() -> None:
         "ctc:-30` / `ctc:-40` (C_end -30 / -40: later stops, fewer guessed words); `ctc-w1` / `ctc-w1.5` / "
         "`ctc-w2`: `--policy ctc --word-logprob-threshold -1` / `-1.5` / `-2`; "
         "`encoder-int8`: `--encoder-precision int8`; `final-beam5` / `low-final-beam5`: `--final-beam 5` over "
-        "`balanced` / `low`; `accurate-segment-10`: "
+        "`balanced` / `low`; `low-beam3`: `--latency low --search beam --beam 3`; "
+        "`accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`; `beam-3-ba-2` / `beam-5-ba-2` / `beam-2` / `greedy-la-2`: "
         "`--search beam --beam 3 --policy ba-2` / `--search beam --beam 5 --policy ba-2` / `--search beam --beam 2 "

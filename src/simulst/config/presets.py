@@ -127,7 +127,12 @@ _NO_VAD = {"vad": False}
 # is used up; no second decode has to agree) over 400 ms chunks, with the balanced point's VAD and cuts
 # (bench/results/quality_latency_grids.md, longform_phases_low/). Only Whisper tiny.en ships a CTC head: with another
 # model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
-_LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD}
+# Every preset names its search and policy, so that its flags typed without --latency give it (not the balanced
+# preset's beam under them).
+_GREEDY = {"search": "greedy", "beam": 1}  # (one beam: no other preset's beam applies)
+_GREEDY_LA2 = {**_GREEDY, "policy": "la-2"}
+_LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD,
+                         **_GREEDY_LA2}
 
 # A translation's balanced point searches each 1 s chunk with a beam of 3 and commits what the best hypothesis shares
 # with a beam of the chunk before (beam agreement, BA-2). Over three chunk grids of the de + fr dev talks it reads more
@@ -135,23 +140,25 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # loop guard cuts a copy the best hypothesis begins (bench/results/longform_phases_loop_lead/); on the dev utterances
 # more BLEU, sooner, by intervals that hold zero (bench/results/quality_latency_grids_translate.md); about 15 % more
 # compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The accurate
-# point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms. The search and the policy are named
-# in every translate preset, so that its flags give it.
-_TRANSLATE_GREEDY = {"search": "greedy", "beam": 1, "policy": "la-2"}  # (one beam: no other preset's beam applies)
-_TRANSLATE_BEAM_AGREEMENT = {"search": "beam", "beam": 3, "policy": "ba-2"}
+# point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms.
+_BEAM_AGREEMENT = {"search": "beam", "beam": 3, "policy": "ba-2"}
+# A transcription's balanced point searches the same way (a beam of 3 in every 600 ms chunk, beam agreement): on the
+# short dev utterances over three chunk grids fewer errors than greedy LA-2 (the point before) by an interval that
+# excludes zero, and sooner; on the long-form dev sets the same WER (bench/results/quality_latency_grids.md,
+# longform_phases_transcribe_beam/).
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
-           {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS},
+           {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY},
            without_ctc_head=_LOW_WITHOUT_CTC_HEAD),
-    Preset("transcribe", "balanced", "600 ms chunks, LocalAgreement-2, pauses skipped (VAD), cut at sentence ends "
-           "past 10 s", {**_FEWER_CUTS, **_LISTENS}),
+    Preset("transcribe", "balanced", "600 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), cut "
+           "at sentence ends past 10 s", {**_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT}),
     Preset("transcribe", "accurate", "1 s chunks and a 15 s buffer: fewer, better-informed commits",
-           {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0, **_NO_VAD}),
+           {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0, **_NO_VAD, **_GREEDY_LA2}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
-           {"chunk_ms": 600.0, **_TRANSLATE_GREEDY, **_SENTENCE_AUDIO}),
+           {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement: "
-           "near offline quality within 2 s", {"chunk_ms": 1000.0, **_TRANSLATE_BEAM_AGREEMENT, **_SENTENCE_AUDIO}),
+           "near offline quality within 2 s", {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO}),
     Preset("translate", "accurate", "as balanced, a commit when the best hypotheses of two chunks agree (LA-2)",
            {"chunk_ms": 1000.0, "search": "beam", "beam": 3, "policy": "la-2", **_SENTENCE_AUDIO}),
 )
