@@ -149,7 +149,7 @@ def test_simuleval_cli_with_whisper_equals_simulst_eval(tmp_path: Path) -> None:
     src.write_text(f"{wav}\n")
     tgt.write_text("And so my fellow Americans, ask not what your country can do for you, ask what you can do for "
                    "your country.\n")
-    opts = ["--model", str(WHISPER), "--policy", "la-2", "--chunk-ms", "1000"]
+    opts = ["--model", str(WHISPER), "--policy", "la-2", "--chunk-ms", "1000", "--search", "greedy"]
     _simuleval("simulst.cli.simuleval_agent.SimulstAgent", src, tgt, tmp_path / "simuleval", 1000, *opts)
     from simulst.models.loading import load_model
 
