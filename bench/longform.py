@@ -139,6 +139,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "final-beam5": ("balanced", {"search": SearchOptions(final_beam=5)}, {}),
     "low-final-beam5": ("low", {"search": SearchOptions(final_beam=5)}, {}),
     "low-beam3": ("low", {"search": SearchOptions("beam", beam=3)}, {}),
+    "accurate-beam-3-la-2": ("accurate", {"search": SearchOptions("beam", beam=3),
+                                          "policy": PolicyOptions.parse("la-2")}, {}),
     # translation: a beam search in every chunk, under beam agreement (BA-2) or LA-2
     "beam-3-ba-2": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2")}, {}),
     "beam-3-ba-3": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-3")}, {}),
@@ -834,6 +836,7 @@ def main() -> None:
         "`ctc-w2`: `--policy ctc --word-logprob-threshold -1` / `-1.5` / `-2`; "
         "`encoder-int8`: `--encoder-precision int8`; `final-beam5` / `low-final-beam5`: `--final-beam 5` over "
         "`balanced` / `low`; `low-beam3`: `--latency low --search beam --beam 3`; "
+        "`accurate-beam-3-la-2`: `--latency accurate --search beam --beam 3 --policy la-2`; "
         "`accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`; `beam-3-ba-2` / `beam-5-ba-2` / `beam-2` / `greedy-la-2`: "
