@@ -123,14 +123,16 @@ _OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low and ac
 _LISTENS = {"vad": True}
 _NO_VAD = {"vad": False}
 
-# A transcription's low point runs the CTC online policy (a chunk's search stops where the CTC head says the audio
-# is used up; no second decode has to agree) over 400 ms chunks, with the balanced point's VAD and cuts
-# (bench/results/quality_latency_grids.md, longform_phases_low/). Only Whisper tiny.en ships a CTC head: with another
-# model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
 # Every preset names its search and policy, so that its flags typed without --latency give it (not the balanced
 # preset's beam under them).
 _GREEDY = {"search": "greedy", "beam": 1}  # (one beam: no other preset's beam applies)
 _GREEDY_LA2 = {**_GREEDY, "policy": "la-2"}
+_BEAM_3 = {"search": "beam", "beam": 3}
+
+# A transcription's low point runs the CTC online policy (a chunk's search stops where the CTC head says the audio
+# is used up; no second decode has to agree) over 400 ms chunks, with the balanced point's VAD and cuts
+# (bench/results/quality_latency_grids.md, longform_phases_low/). Only Whisper tiny.en ships a CTC head: with another
+# model (and no --ctc-head) low is the point chosen before, LA-2 over 400 ms chunks.
 _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_OPTION_DEFAULT_CUTS, **_NO_VAD,
                          **_GREEDY_LA2}
 
@@ -141,7 +143,7 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # more BLEU, sooner, by intervals that hold zero (bench/results/quality_latency_grids_translate.md); about 15 % more
 # compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The accurate
 # point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms.
-_BEAM_AGREEMENT = {"search": "beam", "beam": 3, "policy": "ba-2"}
+_BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
 # A transcription's balanced point searches the same way (a beam of 3 in every 600 ms chunk, beam agreement): on the
 # short dev utterances over three chunk grids fewer errors than greedy LA-2 (the point before) by an interval that
 # excludes zero, and sooner; on the long-form dev sets the same WER (bench/results/quality_latency_grids.md,
@@ -160,7 +162,7 @@ _ALL = (
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement: "
            "near offline quality within 2 s", {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO}),
     Preset("translate", "accurate", "as balanced, a commit when the best hypotheses of two chunks agree (LA-2)",
-           {"chunk_ms": 1000.0, "search": "beam", "beam": 3, "policy": "la-2", **_SENTENCE_AUDIO}),
+           {"chunk_ms": 1000.0, **_BEAM_3, "policy": "la-2", **_SENTENCE_AUDIO}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
