@@ -23,7 +23,7 @@ from longform import (
     write_phase_outputs,
     write_sentences,
 )
-from simulst.config import StreamOptions
+from simulst.config import PolicyOptions, StreamOptions
 
 
 def run(talk: str, config: str) -> dict[str, Any]:
@@ -68,7 +68,8 @@ def test_default_is_the_tasks_balanced_preset_and_a_config_changes_only_what_it_
     assert (model.task, model.language) == ("translate", "de")
     assert vad == dataclasses.replace(de, vad=True)
     _, accurate = config_options("en", "accurate")
-    assert (accurate.chunk_ms, accurate.max_buffer_s) == (1000.0, 15.0)
+    assert (accurate.chunk_ms, accurate.max_buffer_s, accurate.policy) == (1000.0, 16.0, PolicyOptions("la", 2))
+    assert config_options("en", "c1000-la-2") == config_options("en", "accurate")  # (the preset, as measured)
 
 
 def test_every_sentence_output_is_written_on_one_line(tmp_path: Path) -> None:

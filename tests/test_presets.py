@@ -75,7 +75,9 @@ def test_switches_given_off_win_over_a_preset_that_turns_them_on() -> None:
     parser = build_parser()  # transcription listens with the VAD by default; --no-vad turns it off
     assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav"])).vad is True
     assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--no-vad"])).vad is False
-    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--latency", "accurate"])).vad is False
+    assert stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--latency", "accurate"])).vad is True
+    no_head = ["transcribe", "a.wav", "--model", "whisper-base", "--latency", "low"]  # (low without a CTC head)
+    assert stream_options_from_args(parser.parse_args(no_head)).vad is False
 
 
 def test_the_transcribe_and_translate_presets_differ() -> None:

@@ -115,11 +115,11 @@ _SENTENCE_AUDIO = {"max_buffer_s": 30.0, "segment_s": 10.0}
 # defaults (5 s and 8 s) cut long sentences in the middle, where the words after the cut lose their sentence's start
 # (bench/results/longform_phases_cuts/longform_phases.md: three chunk grids of both long-form dev sets).
 _FEWER_CUTS = {"segment_s": 10.0, "max_buffer_s": 16.0}
-_OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low and accurate were measured)
+_OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low without a CTC head was measured)
 # A transcription's balanced point listens with Silero VAD: pauses are not decoded and a segment is committed at a
 # pause, for the same WER on short utterances and long streams over three chunk grids each, words sooner on a talk
 # with pauses, and less compute there (bench/results/quality_latency_grids.md, longform_default/longform.md). low
-# and accurate were measured without it and say so, so that their flags typed without --latency give them.
+# without a CTC head was measured without it and says so, so that its flags typed without --latency give it.
 _LISTENS = {"vad": True}
 _NO_VAD = {"vad": False}
 
@@ -147,7 +147,10 @@ _BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
 # A transcription's balanced point searches the same way (a beam of 3 in every 600 ms chunk, beam agreement): on the
 # short dev utterances over three chunk grids fewer errors than greedy LA-2 (the point before) by an interval that
 # excludes zero, and sooner; on the long-form dev sets the same WER (bench/results/quality_latency_grids.md,
-# longform_phases_transcribe_beam/).
+# longform_phases_transcribe_beam/). Its accurate point searches the same beam over 1 s chunks under LA-2 (translate
+# accurate's search and policy, with balanced's VAD and cuts): fewer errors than balanced, by intervals that exclude
+# zero, on the short dev utterances and on the long-form dev sets, about 1 s later (quality_latency_grids.md,
+# longform_phases_transcribe_accurate/); without the VAD and with 5 s / 15 s cuts it reads more errors on the talk.
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
@@ -155,8 +158,8 @@ _ALL = (
            without_ctc_head=_LOW_WITHOUT_CTC_HEAD),
     Preset("transcribe", "balanced", "600 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), cut "
            "at sentence ends past 10 s", {**_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT}),
-    Preset("transcribe", "accurate", "1 s chunks and a 15 s buffer: fewer, better-informed commits",
-           {"chunk_ms": 1000.0, "segment_s": 5.0, "max_buffer_s": 15.0, **_NO_VAD, **_GREEDY_LA2}),
+    Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
+           "agree (LA-2)", {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_3, "policy": "la-2"}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
            {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement: "
