@@ -144,20 +144,23 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The accurate
 # point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms.
 _BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
-# A transcription's balanced point searches the same way (a beam of 3 in every 600 ms chunk, beam agreement): on the
-# short dev utterances over three chunk grids fewer errors than greedy LA-2 (the point before) by an interval that
-# excludes zero, and sooner; on the long-form dev sets the same WER (bench/results/quality_latency_grids.md,
-# longform_phases_transcribe_beam/). Its accurate point searches the same beam over 1 s chunks under LA-2 (translate
-# accurate's search and policy, with balanced's VAD and cuts): fewer errors than balanced, by intervals that exclude
-# zero, on the short dev utterances and on the long-form dev sets, about 1 s later (quality_latency_grids.md,
-# longform_phases_transcribe_accurate/); without the VAD and with 5 s / 15 s cuts it reads more errors on the talk.
+# A transcription's balanced point searches the same way (a beam of 3 in every chunk, beam agreement): over 600 ms
+# chunks, on the short dev utterances over three chunk grids fewer errors than greedy LA-2 (the point before) by an
+# interval that excludes zero, and sooner; on the long-form dev sets the same WER (bench/results/
+# quality_latency_grids.md, longform_phases_transcribe_beam/). Over 500 ms chunks its words come sooner on both, for
+# a WER that cannot be told from 600 ms's (longform_phases_transcribe_c500/): within offline + 1 at AL <= 1.4 s on
+# the short dev utterances, which 600 ms chunks are not. Its accurate point searches the same beam over 1 s chunks
+# under LA-2 (translate accurate's search and policy, with balanced's VAD and cuts): fewer errors than balanced (of
+# 600 ms), by intervals that exclude zero, on the short dev utterances and on the long-form dev sets, about 1 s later
+# (quality_latency_grids.md, longform_phases_transcribe_accurate/); without the VAD and with 5 s / 15 s cuts it
+# reads more errors on the talk.
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
            {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY},
            without_ctc_head=_LOW_WITHOUT_CTC_HEAD),
-    Preset("transcribe", "balanced", "600 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), cut "
-           "at sentence ends past 10 s", {**_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT}),
+    Preset("transcribe", "balanced", "500 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), cut "
+           "at sentence ends past 10 s", {"chunk_ms": 500.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT}),
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
            "agree (LA-2)", {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_3, "policy": "la-2"}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
