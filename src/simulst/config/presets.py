@@ -150,10 +150,10 @@ _BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
 # quality_latency_grids.md, longform_phases_transcribe_beam/). Over 500 ms chunks its words come sooner on both, for
 # a WER that cannot be told from 600 ms's (longform_phases_transcribe_c500/): within offline + 1 at AL <= 1.4 s on
 # the short dev utterances, which 600 ms chunks are not. Its accurate point searches the same beam over 1 s chunks
-# under LA-2 (translate accurate's search and policy, with balanced's VAD and cuts): fewer errors than balanced (of
-# 600 ms), by intervals that exclude zero, on the short dev utterances and on the long-form dev sets, about 1 s later
-# (quality_latency_grids.md, longform_phases_transcribe_accurate/); without the VAD and with 5 s / 15 s cuts it
-# reads more errors on the talk.
+# under LA-2 (translate accurate's search and policy, with balanced's VAD and cuts): fewer errors than balanced (over
+# 600 ms chunks and over 500 ms), by intervals that exclude zero, on the short dev utterances and on the long-form
+# dev sets, about 1 s later (quality_latency_grids.md, longform_phases_transcribe_accurate/); without the VAD and
+# with 5 s / 15 s cuts it reads more errors on the talk.
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
