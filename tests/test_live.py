@@ -329,7 +329,7 @@ def test_live_command_subtitles_for_a_duration(fake_live: ToySpeechModel, tmp_pa
                                               capsys: pytest.CaptureFixture[str]) -> None:
     srt = tmp_path / "live.srt"
     assert run_live_cli(["--duration", "4.5", "--format", "srt", "-o", str(srt), "--capture-rate", "44100",
-                         "--no-vad", "--search", "greedy"]) == 0
+                         "--no-vad", "--search", "greedy", "--chunk-ms", "600"]) == 0  # (the toy's chunk: see eval)
     out, err = capsys.readouterr()
     assert re.match(r"\[ *\d+\.\d\d s wall +\d+\.\d\d s\] ", out)  # the live lines on stdout
     assert "-- 6 words, 4.50 s of source" in out and "listening to fake (44100 Hz)" in err
