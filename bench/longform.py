@@ -144,6 +144,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "c1000-la-2": ("balanced", {"chunk_ms": 1000.0, "policy": PolicyOptions.parse("la-2")}, {}),  # balanced's beam
     "c500": ("balanced", {"chunk_ms": 500.0}, {}),  # (the transcribe balanced preset since 2026-11-27 17:38 UTC)
     "c450": ("balanced", {"chunk_ms": 450.0}, {}),
+    "c800-la-2": ("balanced", {"chunk_ms": 800.0, "policy": PolicyOptions.parse("la-2")}, {}),
     # translation: a beam search in every chunk, under beam agreement (BA-2) or LA-2
     "beam-3-ba-2": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2")}, {}),
     "beam-3-ba-3": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-3")}, {}),
@@ -840,8 +841,8 @@ def main() -> None:
         "`encoder-int8`: `--encoder-precision int8`; `final-beam5` / `low-final-beam5`: `--final-beam 5` over "
         "`balanced` / `low`; `low-beam3`: `--latency low --search beam --beam 3`; "
         "`accurate-beam-3-la-2`: `--latency accurate --search beam --beam 3 --policy la-2`; "
-        "`c1000-la-2` / `c500` / `c450`: `--chunk-ms 1000 --policy la-2` / `--chunk-ms 500` / `--chunk-ms 450` (over "
-        "`balanced`'s beam of 3, VAD and cuts); "
+        "`c1000-la-2` / `c800-la-2` / `c500` / `c450`: `--chunk-ms 1000 --policy la-2` / `--chunk-ms 800 --policy "
+        "la-2` / `--chunk-ms 500` / `--chunk-ms 450` (over `balanced`'s beam of 3, VAD and cuts); "
         "`accurate-segment-10`: "
         "`--chunk-ms 1000 --segment-s 10 --max-buffer-s 16`; `vad-1s` / `vad-0.8s` / `vad-0.6s`: `--vad --chunk-ms "
         "1000 / 800 / 600 --segment-s 10 --max-buffer-s 16`; `beam-3-ba-2` / `beam-5-ba-2` / `beam-2` / `greedy-la-2`: "
