@@ -291,11 +291,11 @@ def test_eval_and_score_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(SpeechEngine, "load", classmethod(lambda cls, options: toy_engine()))
     manifest = _write_wavs(tmp_path)
     out = tmp_path / "run"
-    args = _parser().parse_args(["eval", str(manifest), "--output", str(out), "--policy", "la-2", "--json",
-                                 "--no-progress-bar", "--no-vad", "--search", "greedy", "--chunk-ms", "600"])
-    # (the toy model's 1000 Hz: no Silero VAD; its scores are made for greedy search, not the preset's beam; it hears
-    # a word every 700 ms, so over the preset's 500 ms chunks two hypotheses in a row hold the same guessed " uh",
-    # which LA-2 then commits)
+    # the toy's stream options, the same for both runs compared below (the toy model's 1000 Hz: no Silero VAD; its
+    # scores are made for greedy search, not the preset's beam; it hears a word every 700 ms, so over the preset's
+    # 500 ms chunks two hypotheses in a row hold the same guessed " uh", which LA-2 then commits)
+    toy = ["--policy", "la-2", "--no-vad", "--search", "greedy", "--chunk-ms", "600"]
+    args = _parser().parse_args(["eval", str(manifest), "--output", str(out), "--json", "--no-progress-bar", *toy])
     assert args.func(args) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["WER_norm"] == pytest.approx(20.0) and scores["Instances"] == 2
@@ -310,8 +310,7 @@ def test_eval_and_score_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     (tmp_path / "src.txt").write_text(f"{tmp_path}/wav/u0.wav\n{tmp_path}/wav/u1.wav\n")
     (tmp_path / "tgt.txt").write_text("the cat sat on the mat\nthe cat sat on\n")
     args = _parser().parse_args(["eval", "--source", str(tmp_path / "src.txt"), "--target", str(tmp_path / "tgt.txt"),
-                                 "--output", str(tmp_path / "run2"), "--no-computation-aware", "--json", "--no-vad",
-                                 "--policy", "la-2", "--search", "greedy", "--chunk-ms", "600"])
+                                 "--output", str(tmp_path / "run2"), "--no-computation-aware", "--json", *toy])
     assert args.func(args) == 0
     a, b = read_log(out), read_log(tmp_path / "run2")
     assert [(r.prediction, r.delays) for r in a] == [(r.prediction, r.delays) for r in b]

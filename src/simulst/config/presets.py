@@ -144,6 +144,7 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The accurate
 # point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms.
 _BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
+_BEAM_LA2 = {**_BEAM_3, "policy": "la-2"}
 # A transcription's balanced point searches the same way (a beam of 3 in every chunk, beam agreement): over 600 ms
 # chunks, on the short dev utterances over three chunk grids fewer errors than greedy LA-2 (the point before) by an
 # interval that excludes zero, and sooner; on the long-form dev sets the same WER (bench/results/
@@ -162,13 +163,13 @@ _ALL = (
     Preset("transcribe", "balanced", "500 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), cut "
            "at sentence ends past 10 s", {"chunk_ms": 500.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT}),
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
-           "agree (LA-2)", {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_3, "policy": "la-2"}),
+           "agree (LA-2)", {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
            {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement: "
            "near offline quality within 2 s", {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO}),
     Preset("translate", "accurate", "as balanced, a commit when the best hypotheses of two chunks agree (LA-2)",
-           {"chunk_ms": 1000.0, **_BEAM_3, "policy": "la-2", **_SENTENCE_AUDIO}),
+           {"chunk_ms": 1000.0, **_BEAM_LA2, **_SENTENCE_AUDIO}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
