@@ -57,6 +57,13 @@ def timed(model: WhisperModel, spent: defaultdict[str, float]) -> None:
         setattr(type(model), name, wrapper)
 
 
+def run_all(runner: SerialRunner | Batcher, jobs: list[Callable[[], object]]) -> None:
+    """Run the jobs; a job's error is raised, not counted as a stream with no text."""
+    for result in runner.run(jobs):
+        if isinstance(result, Exception):
+            raise result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="2,4,8")
@@ -85,9 +92,9 @@ def main() -> None:
             step = sessions[0].chunk_samples
             began = time.perf_counter()
             for pos in range(0, max(i.audio.shape[0] for i in chosen), step):
-                runner.run([partial(s.push, i.audio[pos : pos + step])
-                            for s, i in zip(sessions, chosen, strict=True) if pos < i.audio.shape[0]])
-            runner.run([s.finish for s in sessions])
+                run_all(runner, [partial(s.push, i.audio[pos : pos + step])
+                                 for s, i in zip(sessions, chosen, strict=True) if pos < i.audio.shape[0]])
+            run_all(runner, [s.finish for s in sessions])
             row[f"{name} s"] = time.perf_counter() - began
             row[f"{name} encoder s"] = spent["encoder"]
             row[f"{name} decoder s"] = spent["decoder"]

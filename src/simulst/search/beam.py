@@ -107,7 +107,7 @@ def accept_draft(model: AheadDecoder, ahead: Ahead, beam: Beam, draft: tuple[int
     taken = 0
     while taken < len(draft) and choices[taken] == draft[taken]:
         taken += 1
-    score = torch.zeros((), dtype=ahead.logp.dtype)
+    score = torch.zeros((), dtype=ahead.logp.dtype, device=ahead.logp.device)
     for i in range(taken):  # cumulative float scores, added as the search core adds them
         score = score + ahead.logp[i, draft[i]]
         beam = beam.extend(draft[i], float(score), model.eos_id)

