@@ -15,10 +15,12 @@ from simulst.cli.options import add_stream_arguments, model_from_args, stream_op
 from simulst.models.whisper import WhisperModel
 from simulst.streaming.batching import Batcher, SerialRunner
 from simulst.streaming.session import Session
+from tests.shared_assets import JFK
 
 pytestmark = [
     pytest.mark.real,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"),
+    pytest.mark.skipif(not JFK.is_file(), reason=f"shared audio not found at {JFK}"),
 ]
 
 # transcribe's presets, and the searches and policies beside them (the CPU reference of each decodes with the
