@@ -1,5 +1,6 @@
-"""``--device cuda``: every preset, search and policy streams jfk on a GPU as on the CPU, and batched GPU streams
-equal serial ones. Runs only where PyTorch sees a GPU and the offline default model is installed (CI has no GPU)."""
+"""``--device cuda``: each transcribe preset, search and policy streams jfk on a GPU as on the CPU, and batched GPU
+streams equal serial ones. Runs only where PyTorch sees a GPU and the offline default model is installed (CI has no
+GPU). Translation (Whisper base) is not covered here."""
 
 from __future__ import annotations
 
