@@ -4,7 +4,7 @@ it gets alone, the calls really are batched, and a failure stays in its own stre
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,9 @@ from simulst.evaluation.quality import normalize_for_wer
 from simulst.models.loading import load_model
 from simulst.models.whisper import WhisperModel
 from simulst.streaming.batching import Batcher, SerialRunner, ThreadRunner
-from simulst.streaming.session import Session
 from simulst.types import Costs
 from tests.shared_assets import english_items, needs_shared
+from tests.toy import decode_in_rounds
 
 pytestmark = [needs_shared, pytest.mark.real]
 
@@ -33,22 +33,6 @@ def model() -> WhisperModel:
 def audios() -> list[np.ndarray]:
     items = english_items()[:3]  # jfk + two FLEURS utterances, ~5 s each: different speech, different lengths
     return [load_audio(path)[: 16000 * 5 - 1000 * i] for i, (_, path, _) in enumerate(items)]
-
-
-def decode_in_rounds(runner: Any, model: WhisperModel, audios: list[np.ndarray],
-                     options: Sequence[StreamOptions]) -> list[str]:
-    """Stream every audio chunk by chunk; each round pushes one chunk of every stream still going."""
-    sessions = [Session(runner.view(model), opts) for opts in options]
-    step = sessions[0].chunk_samples
-    for pos in range(0, max(len(a) for a in audios), step):
-        jobs: list[Callable[[], Any]] = [
-            (lambda s=s, a=a, pos=pos: s.push(a[pos : pos + step])) for s, a in zip(sessions, audios, strict=True)
-            if pos < len(a)
-        ]
-        for result in runner.run(jobs):
-            assert not isinstance(result, Exception), result
-    runner.run([s.finish for s in sessions])
-    return [s.text for s in sessions]
 
 
 def test_batched_streams_equal_streams_alone(model: WhisperModel, audios: list[np.ndarray]) -> None:

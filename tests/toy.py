@@ -5,7 +5,8 @@ the prompt), so every search result can be worked out by hand. ``ToySpeechModel`
 "hears" one more word of it every ``ms_per_word`` of audio: before it has heard a word, it continues with a
 wrong guess ("uh") and then ``<eos>`` - a model that hallucinates at chunk ends, as real ones do.
 ``ScriptedMT`` translates that sentence's prefixes by table lookup, and ``make_checkpoint`` writes a tiny random
-Whisper for tests that need the real adapter without the real weights.
+Whisper for tests that need the real adapter without the real weights. ``push_in_pieces`` streams one audio,
+``decode_in_rounds`` many at once through a runner (any model).
 """
 
 from __future__ import annotations
@@ -14,17 +15,21 @@ import math
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from simulst.models.base import DecoderModel, Encoded
+from simulst.config import StreamOptions
+from simulst.models.base import DecoderModel, Encoded, SpeechModel
 from simulst.mt.apertium import WordTokenizer, align_prefix
 from simulst.mt.backend import MTBackend, MTRequest
 from simulst.policies import Policy, PolicyContext, PolicyState
 from simulst.search import Query, Searcher, SearchState
 from simulst.streaming.engine import SpeechEngine, Stream
+from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
 from tests.shared_assets import WHISPER_TINY_EN
 
@@ -163,6 +168,23 @@ def push_in_pieces(stream: Stream, audio: np.ndarray, piece: int) -> list[Emissi
     for pos in range(0, audio.shape[0], piece):
         out += stream.push(audio[pos : pos + piece])
     return out + stream.finish()
+
+
+def decode_in_rounds(runner: Any, model: SpeechModel, audios: Sequence[np.ndarray],
+                     options: Sequence[StreamOptions]) -> list[str]:
+    """Stream every audio chunk by chunk through ``runner`` (a :class:`~simulst.streaming.batching.Runner`), a
+    session each; each round pushes one chunk of every stream still going, then all finish: their texts. A job's
+    error fails the test."""
+    sessions = [Session(runner.view(model), opts) for opts in options]
+    step = sessions[0].chunk_samples
+    for pos in range(0, max(len(a) for a in audios), step):
+        jobs: list[Callable[[], Any]] = [partial(s.push, a[pos : pos + step])
+                                         for s, a in zip(sessions, audios, strict=True) if pos < len(a)]
+        for result in runner.run(jobs):
+            assert not isinstance(result, Exception), result
+    for result in runner.run([s.finish for s in sessions]):
+        assert not isinstance(result, Exception), result
+    return [s.text for s in sessions]
 
 
 class StreamSearch:

@@ -143,11 +143,17 @@ class Scores(ABC):
         """The candidates that continue (in the order of the new beams): partial scorers keep their states."""
 
 
+def beam_scores(beams: Sequence[Beam], logp: torch.Tensor) -> torch.Tensor:
+    """(B,) the beams' scores as a tensor of the decoder log-probabilities' ``logp`` dtype, on their device (the
+    model's: a GPU's, where it runs there)."""
+    return torch.tensor([b.score for b in beams], dtype=logp.dtype, device=logp.device)
+
+
 class DecoderScores(Scores):
     """The decoder alone: score(g⊕c) = score(g) + log p_att(c|g, X)."""
 
     def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
-        scores = torch.tensor([b.score for b in beams], dtype=logp.dtype, device=logp.device).unsqueeze(1) + logp
+        scores = beam_scores(beams, logp).unsqueeze(1) + logp
         vocab = scores.shape[1]
         values, flat = torch.topk(scores.flatten(), min(n, scores.numel()))
         return [Candidate(f // vocab, f % vocab, v, f) for v, f in zip(values.tolist(), flat.tolist(), strict=True)]

@@ -15,7 +15,7 @@ import torch
 from simulst.errors import OptionError
 from simulst.models.base import DecoderModel, Encoded
 from simulst.scorers.ctc_prefix import CtcCandidates, CtcPrefixBatch, CtcPrefixScorer
-from simulst.search.core import Beam, Candidate, Scores
+from simulst.search.core import Beam, Candidate, Scores, beam_scores
 
 
 class JointCtcScores(Scores):
@@ -40,7 +40,7 @@ class JointCtcScores(Scores):
         self.candidates: CtcCandidates | None = None
 
     def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
-        base = torch.tensor([b.score for b in beams], dtype=logp.dtype, device=logp.device)
+        base = beam_scores(beams, logp)
         top_att, ids = torch.topk(logp, min(self.pre_beam, logp.shape[1]), dim=1)
         delta, self.candidates = self.scorer.score(self.states, ids)
         scores = base.to(torch.float64)[:, None] + (1 - self.weight) * top_att.to(torch.float64) + self.weight * delta
