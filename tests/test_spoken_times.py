@@ -9,7 +9,7 @@ import io
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from simulst.streaming.session import Session
 from simulst.streaming.subtitles import SubtitleWriter, parse_captions, render_subtitles
 from simulst.types import Costs, Emission, Word, spoken_words
 from tests.shared_assets import JFK, english_items, needs_shared
-from tests.toy import ScriptedMT, ToyTokenizer
+from tests.toy import ScriptedMT, ToyTokenizer, stream_in_rounds
 
 # ----------------------------------------------------------------------------------------- DTW and the rows
 
@@ -440,27 +440,15 @@ def test_long_form_trimming_reads_the_recorded_timing_instead_of_a_forced_pass(
                for e in forced.emissions)
 
 
-def _rounds(runner: Any, model: WhisperModel, audios: list[np.ndarray], options: Sequence[StreamOptions]) -> list[
-        list[Emission]]:
-    sessions = [Session(runner.view(model), opts) for opts in options]
-    step = sessions[0].chunk_samples
-    for pos in range(0, max(len(a) for a in audios), step):
-        jobs: list[Callable[[], Any]] = [(lambda s=s, a=a, pos=pos: s.push(a[pos : pos + step]))
-                                         for s, a in zip(sessions, audios, strict=True) if pos < len(a)]
-        assert not any(isinstance(result, Exception) for result in runner.run(jobs))
-    runner.run([s.finish for s in sessions])
-    return [s.emissions for s in sessions]
-
-
 @pytest.mark.real
 @needs_shared
 def test_batched_streams_have_the_emissions_of_streams_alone_times_included(model: WhisperModel) -> None:
     audios = [load_audio(path)[: 16000 * 5 - 1000 * i] for i, (_, path, _) in enumerate(english_items()[:3])]
     options = [StreamOptions(), StreamOptions(search=SearchOptions(name="beam", beam=3)),
                StreamOptions(policy=PolicyOptions.parse("hold-2"))]
-    alone = _rounds(SerialRunner(), model, audios, options)
+    alone = [s.emissions for s in stream_in_rounds(SerialRunner(), model, audios, options)]
     batcher = Batcher(model, max_streams=4)
-    together = _rounds(batcher, model, audios, options)
+    together = [s.emissions for s in stream_in_rounds(batcher, model, audios, options)]
     batcher.close()
     def timed(streams: list[list[Emission]]) -> list[list[tuple[Any, ...]]]:  # (elapsed_ms: compute time differs)
         return [[(e.text, e.tokens, e.source_ms, e.final, e.start_ms, e.end_ms, e.words) for e in s] for s in streams]

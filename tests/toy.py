@@ -170,11 +170,11 @@ def push_in_pieces(stream: Stream, audio: np.ndarray, piece: int) -> list[Emissi
     return out + stream.finish()
 
 
-def decode_in_rounds(runner: Any, model: SpeechModel, audios: Sequence[np.ndarray],
-                     options: Sequence[StreamOptions]) -> list[str]:
+def stream_in_rounds(runner: Any, model: SpeechModel, audios: Sequence[np.ndarray],
+                     options: Sequence[StreamOptions]) -> list[Session]:
     """Stream every audio chunk by chunk through ``runner`` (a :class:`~simulst.streaming.batching.Runner`), a
-    session each; each round pushes one chunk of every stream still going, then all finish: their texts. A job's
-    error fails the test."""
+    session each; each round pushes one chunk of every stream still going, then all finish: the finished
+    sessions. A job's error fails the test."""
     sessions = [Session(runner.view(model), opts) for opts in options]
     step = sessions[0].chunk_samples
     for pos in range(0, max(len(a) for a in audios), step):
@@ -184,7 +184,13 @@ def decode_in_rounds(runner: Any, model: SpeechModel, audios: Sequence[np.ndarra
             assert not isinstance(result, Exception), result
     for result in runner.run([s.finish for s in sessions]):
         assert not isinstance(result, Exception), result
-    return [s.text for s in sessions]
+    return sessions
+
+
+def decode_in_rounds(runner: Any, model: SpeechModel, audios: Sequence[np.ndarray],
+                     options: Sequence[StreamOptions]) -> list[str]:
+    """:func:`stream_in_rounds`' texts."""
+    return [s.text for s in stream_in_rounds(runner, model, audios, options)]
 
 
 class StreamSearch:
