@@ -15,7 +15,7 @@ from simulst.sequences import edit_distance
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
 from tests.shared_assets import WHISPER_TINY_EN, needs_shared
-from tests.toy import stream_search
+from tests.toy import push_in_pieces, stream_search
 
 pytestmark = [pytest.mark.real, needs_shared]
 
@@ -33,10 +33,7 @@ def stream(model: WhisperModel, audio: np.ndarray, search: str, chunk_ms: float,
     options = StreamOptions(chunk_ms=chunk_ms, policy=PolicyOptions.parse(policy), search=SearchOptions(search, beam),
                             **options_)
     session = Session(model, options)
-    out: list[Emission] = []
-    for pos in range(0, audio.shape[0], session.chunk_samples):
-        out += session.push(audio[pos : pos + session.chunk_samples])
-    return session, out + session.finish()
+    return session, push_in_pieces(session, audio, session.chunk_samples)
 
 
 @pytest.fixture(scope="module")

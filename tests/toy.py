@@ -6,7 +6,7 @@ the prompt), so every search result can be worked out by hand. ``ToySpeechModel`
 wrong guess ("uh") and then ``<eos>`` - a model that hallucinates at chunk ends, as real ones do.
 ``ScriptedMT`` translates that sentence's prefixes by table lookup, and ``make_checkpoint`` writes a tiny random
 Whisper for tests that need the real adapter without the real weights. ``push_in_pieces`` streams one audio,
-``decode_in_rounds`` many at once through a runner (any model).
+``stream_in_rounds`` many at once through a runner (any model; ``decode_in_rounds``: their texts).
 """
 
 from __future__ import annotations
