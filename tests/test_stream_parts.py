@@ -174,6 +174,25 @@ def test_the_loop_guard_cuts_a_copy_the_best_hypothesis_begins_and_the_words_tha
     assert guards.loop_free(other, 7, tokenizer, Costs(), best=best) == (other, False)
 
 
+def test_the_loop_guard_keeps_the_word_whose_closing_punctuation_starts_the_copy() -> None:
+    # " sentence. To the north and within" then, after the committed " by Lord", " Byron. To the north and within":
+    # the 6-token copy starts at "." - the full stop that closes " Byron", which was said (dropping " Byron" with
+    # it lost the word for good once the buffer was trimmed). The cut falls after the full stop
+    pieces = ["<eos>", " by", " Lord", " Byron", ".", " To", " the", " north", " and", " within", " sentence"]
+    tokenizer, guards = ToyTokenizer(pieces), Guards(StreamOptions(), False, segment=5000)
+    committed = [10, 4, 5, 6, 7, 8, 9, 1, 2]
+    target = [*committed, 3, 4, 5, 6, 7, 8, 9]
+    costs = Costs()
+    kept, cut = guards.loop_free(target, len(committed), tokenizer, costs)
+    assert (list(kept), cut, costs.extra) == ([*committed, 3, 4], True, {"loop_cuts": 1})
+    # the policy's target ends at the full stop, the best hypothesis runs on into the copy: all of it is kept
+    kept, cut = guards.loop_free([*committed, 3, 4], len(committed), tokenizer, Costs(), best=target)
+    assert (list(kept), cut) == ([*committed, 3, 4], True)
+    # a loop of punctuation alone (a 4th "!"): cut where it starts, the word before it kept
+    marks = ToyTokenizer(["<eos>", " so", "!"])
+    assert list(guards.loop_free([1, *[2] * 6], 0, marks, Costs())[0]) == [1, 2, 2, 2]
+
+
 # ------------------------------------------------------------------------------------------------ the prompt
 
 

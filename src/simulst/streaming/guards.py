@@ -113,9 +113,10 @@ class Guards:
 
     def loop_free(self, target: Sequence[int], committed: int, tokenizer: Tokenizer, costs: Costs,
                   best: Sequence[int] | None = None) -> tuple[Sequence[int], bool]:
-        """``target`` cut before a repetition loop, back to a whole word (never into the ``committed`` tokens), and
-        whether it was cut. ``best``: the hypothesis ``target`` is a prefix of (the search's best, which may run
-        on into the loop): a loop whose extra copy starts inside ``target`` is cut there too, before the copy is
+        """``target`` cut before a repetition loop, at a whole word (never into the ``committed`` tokens:
+        :func:`_copy_start`), and whether a loop was found (a copy that starts with the punctuation ending
+        ``target`` leaves it whole). ``best``: the hypothesis ``target`` is a prefix of (the search's best, which
+        may run on into the loop): a loop whose extra copy starts inside ``target`` is cut there too, before the copy is
         complete enough to show in ``target`` itself (" ... of Kowloon. The island of" committed from " ... of
         Kowloon. The island of Kowloon.", which the next decodes, forced to continue it, repeat for good). The cut
         moves back over up to :data:`COPY_LEAD` words that the copy repeats but for case and punctuation ("The"
@@ -132,7 +133,7 @@ class Guards:
                 break
             keep, earlier = keep - 1, earlier - 1
         costs.count("loop_cuts")
-        return target[: _word_start(target, keep, committed, tokenizer)], True
+        return target[: _copy_start(target, keep, committed, tokenizer)], True
 
 
 def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
@@ -141,6 +142,23 @@ def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
     def word(token: int) -> str:
         return "".join(c for c in tokenizer.decode([token]).lower() if c.isalnum())
     return a != b and word(a) != "" and word(a) == word(b)
+
+
+def _copy_start(target: Sequence[int], keep: int, committed: int, tokenizer: Tokenizer) -> int:
+    """Where a loop's cut falls in ``target``, its extra copy starting at ``keep``: at a word's start. A copy that
+    starts with punctuation ending the word before it (". To the north ..." after " Byron", the copy of
+    "sentence. To the north ...") starts at the next word: the word the punctuation closes is new, spoken text, and
+    is kept with it (a loop of punctuation alone is cut where it starts); a copy starting inside a word is cut back
+    to that word's start."""
+    end = keep
+    while end < len(target) and not tokenizer.starts_word(target[end]) and tokenizer.is_punctuation(target[end]):
+        end += 1
+    if (end > keep and (end == len(target) or tokenizer.starts_word(target[end]))
+            and first_loop(target[:end], committed) is None):
+        return end
+    if end > keep:  # a loop of punctuation itself: cut where it starts, after the word it follows
+        return keep
+    return _word_start(target, keep, committed, tokenizer)
 
 
 def _word_start(tokens: Sequence[int], index: int, floor: int, tokenizer: Tokenizer) -> int:
