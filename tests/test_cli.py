@@ -163,7 +163,7 @@ def test_a_talk_longer_than_the_window_is_evaluated_as_one_long_form_instance(
                                        encoding="utf-8")
     (tmp_path / "talk.sentences.txt").write_text("".join(sentences), encoding="utf-8")
     (tmp_path / "talk.yaml").write_text("".join(segments), encoding="utf-8")
-    fast: list[str] = []  # (the defaults)
+    fast = ["--search", "greedy", "--policy", "la-2", "--chunk-ms", "1000"]  # (what is tested is not the preset)
     code, _, err = run_cli(["eval", str(tmp_path / "talk.tsv"), *MODEL, *fast, "-o", str(tmp_path / "run"),
                             "--no-progress-bar"], capsys)
     assert code == 0, err
@@ -172,11 +172,11 @@ def test_a_talk_longer_than_the_window_is_evaluated_as_one_long_form_instance(
                               "--segmentation", str(tmp_path / "talk.yaml")], capsys)
     assert code == 0, err
     scores = json.loads(out)
-    assert scores["WER_norm"] < 20.0 and 0.0 < scores["StreamLAAL"] < 8000.0, scores  # (ms; 11.2 / 5459 seen)
+    assert scores["WER_norm"] < 20.0 and 0.0 < scores["StreamLAAL"] < 8000.0, scores  # (ms; 8.2 / 2235 seen)
     code, out, err = run_cli(["transcribe", str(tmp_path / "talk.wav"), *MODEL, *fast, "--json"], capsys)
     assert code == 0, err  # (no "longer than the model's 30 s window" refusal)
     final = json.loads(out.splitlines()[-1])
-    assert final["event"] == "final" and "ask not what your country" in normalize_for_wer(final["text"]), final
+    assert final["event"] == "final" and "not what your country can do" in normalize_for_wer(final["text"]), final
 
 
 @pytest.mark.real
