@@ -145,20 +145,19 @@ def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
 
 
 def _copy_start(target: Sequence[int], keep: int, committed: int, tokenizer: Tokenizer) -> int:
-    """Where a loop's cut falls in ``target``, its extra copy starting at ``keep``: at a word's start. A copy that
-    starts with punctuation ending the word before it (". To the north ..." after " Byron", the copy of
-    "sentence. To the north ...") starts at the next word: the word the punctuation closes is new, spoken text, and
-    is kept with it (a loop of punctuation alone is cut where it starts); a copy starting inside a word is cut back
-    to that word's start."""
-    end = keep
-    while end < len(target) and not tokenizer.starts_word(target[end]) and tokenizer.is_punctuation(target[end]):
+    """Where a loop's cut falls in ``target``, its extra copy starting at ``keep``; a cut never splits a word's
+    letters. A copy starting inside a word is cut back to that word's start. A copy starting with punctuation
+    attached to the word before it keeps that word: cut at the next word when the punctuation closes it and the
+    text up to there holds no loop (". To the north ..." after " Byron", the copy of "sentence. To the north ...":
+    " Byron." is kept, new spoken text), else before the punctuation (a loop of punctuation itself)."""
+    punctuation = tokenizer.is_punctuation(target[keep]) and not tokenizer.starts_word(target[keep])
+    if not punctuation:
+        return _word_start(target, keep, committed, tokenizer)
+    end = keep + 1
+    while end < len(target) and tokenizer.is_punctuation(target[end]) and not tokenizer.starts_word(target[end]):
         end += 1
-    if (end > keep and (end == len(target) or tokenizer.starts_word(target[end]))
-            and first_loop(target[:end], committed) is None):
-        return end
-    if end > keep:  # a loop of punctuation itself: cut where it starts, after the word it follows
-        return keep
-    return _word_start(target, keep, committed, tokenizer)
+    closes = end == len(target) or tokenizer.starts_word(target[end])
+    return end if closes and first_loop(target[:end], committed) is None else keep
 
 
 def _word_start(tokens: Sequence[int], index: int, floor: int, tokenizer: Tokenizer) -> int:
