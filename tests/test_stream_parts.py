@@ -193,6 +193,16 @@ def test_the_loop_guard_keeps_the_word_whose_closing_punctuation_starts_the_copy
     assert list(guards.loop_free([1, *[2] * 6], 0, marks, Costs())[0]) == [1, 2, 2, 2]
 
 
+def test_the_loop_guard_commits_nothing_new_when_the_copy_starts_in_the_committed_text() -> None:
+    # the committed text ends in a second copy's first words (" one two. three four two one two."), the best
+    # hypothesis runs on into it (" three four two") and the policy takes nothing new: the commit stays as it is,
+    # a loop found (the case raised IndexError once, on a French talk at 107 s)
+    tokenizer, guards = TOKENIZER, Guards(StreamOptions(), False, segment=5000)
+    committed = [1, 2, DOT, 4, 5, 2, 1, 2, DOT]
+    kept, cut = guards.loop_free(committed, len(committed), tokenizer, Costs(), best=[*committed, 4, 5, 2])
+    assert (list(kept), cut) == (committed, True)
+
+
 # ------------------------------------------------------------------------------------------------ the prompt
 
 

@@ -150,6 +150,8 @@ def _copy_start(target: Sequence[int], keep: int, committed: int, tokenizer: Tok
     attached to the word before it keeps that word: cut at the next word when the punctuation closes it and the
     text up to there holds no loop (". To the north ..." after " Byron", the copy of "sentence. To the north ...":
     " Byron." is kept, new spoken text), else before the punctuation (a loop of punctuation itself)."""
+    if keep >= len(target):
+        return keep  # (the copy starts in the committed text: the best hypothesis runs on into it, nothing new)
     punctuation = tokenizer.is_punctuation(target[keep]) and not tokenizer.starts_word(target[keep])
     if not punctuation:
         return _word_start(target, keep, committed, tokenizer)
