@@ -7,9 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulst.audio.vad import VoiceEvent
 from simulst.config import StreamOptions
+from simulst.sequences import first_loop
 from simulst.streaming.buffer import MIN_TAIL_S, SKIPPED_START_S, AudioBuffer
 from simulst.streaming.decoding import Decoded, DecodeReason
 from simulst.streaming.guards import Guards
@@ -201,6 +204,32 @@ def test_the_loop_guard_commits_nothing_new_when_the_copy_starts_in_the_committe
     committed = [1, 2, DOT, 4, 5, 2, 1, 2, DOT]
     kept, cut = guards.loop_free(committed, len(committed), tokenizer, Costs(), best=[*committed, 4, 5, 2])
     assert (list(kept), cut) == (committed, True)
+
+
+LOOP_PIECES = ToyTokenizer(["<eos>", " a", " b", " c", "d", "e", ".", ",", " F"])  # words, word pieces, punctuation
+
+
+TOKENS = st.lists(st.integers(1, 8), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TOKENS, st.lists(st.integers(1, 8), min_size=1, max_size=8), st.integers(0, 4), TOKENS, st.integers(0, 60))
+def test_the_loop_guard_keeps_a_loop_free_prefix_cut_between_words(said: list[int], phrase: list[int], times: int,
+                                                                    beyond: list[int], committed: int) -> None:
+    # whatever the committed part and however far the best hypothesis runs on past the target (a phrase said again
+    # and again, then anything): the commit is a prefix of the target, never shorter than the committed tokens,
+    # holding no loop past them, cut before a word or before punctuation (a word's letters are never split)
+    target = [*said, *phrase * times]
+    committed = min(committed, len(target))
+    beyond = [*phrase * 2, *beyond]
+    guards, costs = Guards(StreamOptions(), False, segment=5000), Costs()
+    for best in (None, [*target, *beyond]):
+        kept, cut = guards.loop_free(target, committed, LOOP_PIECES, costs, best)
+        assert list(kept) == target[: len(kept)] and committed <= len(kept) <= len(target)
+        assert cut or len(kept) == len(target)
+        assert first_loop(kept, committed) is None
+        if committed < len(kept) < len(target):
+            assert LOOP_PIECES.starts_word(target[len(kept)]) or LOOP_PIECES.is_punctuation(target[len(kept)])
 
 
 # ------------------------------------------------------------------------------------------------ the prompt
