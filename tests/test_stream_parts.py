@@ -90,6 +90,30 @@ def test_no_trim_without_committed_text_timing_or_a_decode_that_continues_it() -
     assert buf.trim_point([1, DOT], [1, DOT], 7000, False, ends_sentence, lambda: None) is None  # no token timing
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, DOT, 4]), max_size=12), st.lists(st.sampled_from([1, DOT, 5]), max_size=4),
+       st.integers(0, 12), st.integers(1, 8000), st.booleans(), st.data())
+def test_a_trim_drops_only_audio_of_committed_text(committed: list[int], more: list[int], base: int, samples: int,
+                                                   eager: bool, data: st.DataObject) -> None:
+    # whatever is committed and however the tokens are timed: a trim cuts inside the decoded audio, behind a
+    # committed token (a sentence end unless the buffer is about to be full), so the audio of every token not yet
+    # committed stays; and a trim before the buffer is full leaves MIN_TAIL_S unless eager
+    buf = buffer(samples)
+    buf.base = base = min(base, len(committed))
+    best = [*committed, *more]
+    starts = sorted(data.draw(st.lists(st.integers(0, samples), min_size=len(best) - base + 1,
+                                       max_size=len(best) - base + 1)))
+    point = buf.trim_point(best, committed, samples, eager, ends_sentence, lambda: starts)
+    if point is None:
+        return
+    cut, new_base = point
+    full = samples + buf.chunk > buf.capacity
+    assert 0 < cut <= samples and base < new_base <= len(committed)
+    assert cut == starts[new_base - base] <= starts[len(committed) - base]
+    assert ends_sentence(committed[new_base - 1]) or full
+    assert full or eager or samples - cut >= MIN_TAIL_S * RATE
+
+
 def test_a_full_buffers_skipped_start_and_text_end() -> None:
     buf = buffer(8000)
     late = round(SKIPPED_START_S * RATE) + 500  # the text's second token starts 3.5 s in: the first spans 3.5 s
