@@ -231,9 +231,7 @@ def test_the_loop_guard_commits_nothing_new_when_the_copy_starts_in_the_committe
 
 
 LOOP_PIECES = ToyTokenizer(["<eos>", " a", " b", " c", "d", "e", ".", ",", " F"])  # words, word pieces, punctuation
-
-
-TOKENS = st.lists(st.integers(1, 8), max_size=20)
+TOKENS = st.lists(st.integers(1, 8), max_size=20)  # (of LOOP_PIECES)
 
 
 @settings(max_examples=300, deadline=None)
