@@ -150,14 +150,11 @@ def _copy_start(target: Sequence[int], keep: int, committed: int, tokenizer: Tok
     attached to the word before it keeps that word: cut at the next word when the punctuation closes it and the
     text up to there holds no loop (". To the north ..." after " Byron", the copy of "sentence. To the north ...":
     " Byron." is kept, new spoken text), else before the punctuation (a loop of punctuation itself)."""
-    if keep >= len(target):
-        return keep  # (the copy starts in the committed text: the best hypothesis runs on into it, nothing new)
-    punctuation = tokenizer.is_punctuation(target[keep]) and not tokenizer.starts_word(target[keep])
-    if not punctuation:
-        return _word_start(target, keep, committed, tokenizer)
-    end = keep + 1
+    end = keep
     while end < len(target) and tokenizer.is_punctuation(target[end]) and not tokenizer.starts_word(target[end]):
         end += 1
+    if end == keep:  # (no punctuation leads the copy, or it starts in the committed text: nothing new to cut)
+        return _word_start(target, keep, committed, tokenizer)
     closes = end == len(target) or tokenizer.starts_word(target[end])
     return end if closes and first_loop(target[:end], committed) is None else keep
 
