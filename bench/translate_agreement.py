@@ -21,6 +21,11 @@ kept (``translate_explore/NAME/``). A variant named ``...-grid-K`` is one more c
 (``--initial-wait-ms``), compared with nothing alone: ``--pool "A1,A2,A3:B1,B2,B3"`` compares two configurations
 over their grids, each utterance drawn with its outputs on every grid (as ``bench/pooled_grids.py``).
 
+``--reference NAME`` scores against the outputs of configuration NAME instead of ``offline`` (greedy offline
+decoding, run when the presets searched greedily): ``offline-b3`` (offline decoding with a beam of 3, the search of
+today's ``balanced``) is the fairer reference for a configuration that searches with a beam. Its page is
+``translate_agreement_<NAME>.md``.
+
 Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
 ``bench/results/quality_latency/translate_es_pt/<config>/instances.log``.
 """
@@ -61,12 +66,13 @@ def items(langs: Sequence[str]) -> list[tuple[str, TestItem]]:
 
 
 def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str,
-                   pairs: Sequence[tuple[str, str]] = PAIRS) -> list[dict[str, object]]:
-    """Per configuration: BLEU / chrF against the offline outputs; per pair: the paired bootstrap interval."""
-    offline = [r.prediction for r in logs["offline"]]
+                   pairs: Sequence[tuple[str, str]] = PAIRS, reference: str = "offline") -> list[dict[str, object]]:
+    """Per configuration: BLEU / chrF against the ``reference`` configuration's outputs; per pair: the paired
+    bootstrap interval."""
+    offline = [r.prediction for r in logs[reference]]
     rows: list[dict[str, object]] = []
     for name, records in logs.items():
-        if name == "offline":
+        if name == reference:
             continue
         hyps = [r.prediction for r in records]
         rows.append({"data": data, "config": name, "n": len(hyps),
@@ -82,10 +88,10 @@ def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str,
 
 
 def pooled_rows(logs: dict[str, list[InstanceRecord]], data: str,
-                pools: Sequence[tuple[list[str], list[str]]]) -> list[dict[str, object]]:
+                pools: Sequence[tuple[list[str], list[str]]], reference: str = "offline") -> list[dict[str, object]]:
     """Per pool (A's grids, B's grids, in the same order): the paired bootstrap interval of B − A in agreement with
-    offline over all the grids, each utterance drawn with its outputs on every grid."""
-    offline = [r.prediction for r in logs["offline"]]
+    the ``reference`` configuration over all the grids, each utterance drawn with its outputs on every grid."""
+    offline = [r.prediction for r in logs[reference]]
     rows: list[dict[str, object]] = []
     for names_a, names_b in pools:
         if not all(name in logs for name in [*names_a, *names_b]):
@@ -116,6 +122,8 @@ def main() -> None:
                         help="also run a variant of balanced (as quality_latency.py's --variant; repeatable)")
     parser.add_argument("--pool", action="append", default=[], metavar="A1,A2,...:B1,B2,...",
                         help="also compare two configurations over their chunk grids (repeatable)")
+    parser.add_argument("--reference", default="offline",
+                        help="the configuration whose outputs are the references (default: offline)")
     parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
     args = parser.parse_args()
     pools = [parse_pool(spec) for spec in args.pool]
@@ -129,7 +137,8 @@ def main() -> None:
         to_run.append(chosen.name)
         if not GRID.search(chosen.name):
             pairs.append(("balanced", chosen.name))
-    names = list(dict.fromkeys([*PRESET_CONFIGS, *to_run, *(n for a, b in pools for n in [*a, *b])]))
+    reference = args.reference
+    names = list(dict.fromkeys([*PRESET_CONFIGS, reference, *to_run, *(n for a, b in pools for n in [*a, *b])]))
     root = RESULTS / "quality_latency"
     logs: dict[str, list[InstanceRecord]] = {}
     for name in names:
@@ -147,13 +156,15 @@ def main() -> None:
            if (root / "translate" / name / "instances.log").is_file()}
     dev.update({name: log for name, (_, log) in explored(root, "translate").items() if name in names})
     references = [r.reference or "" for r in dev["offline"]]
-    rows = (agreement_rows(logs, "es+pt (not tuned on)", pairs) + pooled_rows(logs, "es+pt (not tuned on)", pools)
-            + agreement_rows(dev, "de+fr (tuned on)", pairs) + pooled_rows(dev, "de+fr (tuned on)", pools))
+    rows = (agreement_rows(logs, "es+pt (not tuned on)", pairs, reference)
+            + pooled_rows(logs, "es+pt (not tuned on)", pools, reference)
+            + agreement_rows(dev, "de+fr (tuned on)", pairs, reference)
+            + pooled_rows(dev, "de+fr (tuned on)", pools, reference))
     for row in rows:  # on de + fr the real references too, to compare the proxy's ranking with theirs
         config = str(row["config"])
         if str(row["data"]).startswith("de+fr") and config in dev:
             row["BLEU_vs_reference"] = bleu([r.prediction for r in dev[config]], references)
-    page = RESULTS / "translate_agreement.md"
+    page = RESULTS / ("translate_agreement.md" if reference == "offline" else f"translate_agreement_{reference}.md")
     run_notes = [line for line in (page.read_text(encoding="utf-8") if page.is_file() else "").splitlines()
                  if line.startswith("* Run")]
     if not args.rescore and to_run:
@@ -161,9 +172,11 @@ def main() -> None:
     header = (
         "# Translate presets against offline decoding, on speech they were not chosen on\n\n"
         "Written by `bench/translate_agreement.py` (its docstring says why and how). BLEU / chrF_vs_offline: "
-        "sacreBLEU of each configuration's outputs with Whisper base's offline outputs of the same utterances as "
-        "the references; rows `B − A`: the paired bootstrap 95 % interval of that difference over utterances "
-        "(1000 resamples). BLEU_vs_reference: against the real English references (de + fr only).\n\n"
+        "sacreBLEU of each configuration's outputs with "
+        + ("Whisper base's offline outputs (greedy)" if reference == "offline" else f"the outputs of `{reference}`")
+        + " of the same utterances as the references; rows `B − A`: the paired bootstrap 95 % interval of that "
+        "difference over utterances (1000 resamples). BLEU_vs_reference: against the real English references "
+        "(de + fr only).\n\n"
         + "\n".join(run_notes) + "\n\n"
     )
     columns = ["data", "config", "n", "BLEU_vs_offline", "chrF_vs_offline", "BLEU_vs_reference"]

@@ -100,3 +100,14 @@ def test_agreement_with_offline_is_pooled_over_grids_and_grid_variants_are_not_p
     with pytest.raises(SystemExit):
         parse_pool("x,x-grid-1:y")
     assert GRID.search("chunk-800-grid-2") and not GRID.search("chunk-800")
+
+
+def test_translate_agreement_scores_against_the_named_reference() -> None:
+    from translate_agreement import agreement_rows
+
+    logs = {"offline": _log(["a b c d", "e f g h"], ["", ""]), "offline-b3": _log(["a b c d", "q r s t"], ["", ""]),
+            "x": _log(["a b c d", "q r s t"], ["", ""])}
+    by_greedy = {r["config"]: r["BLEU_vs_offline"] for r in agreement_rows(logs, "toy", [])}
+    by_beam = {r["config"]: r["BLEU_vs_offline"] for r in agreement_rows(logs, "toy", [], "offline-b3")}
+    assert set(by_beam) == {"offline", "x"}  # (the reference is not scored against itself)
+    assert by_beam["x"] == pytest.approx(100.0) and by_greedy["x"] < 99.0
