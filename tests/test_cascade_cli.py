@@ -36,6 +36,23 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert main(["translate", str(audio), "--to", "es", "--mt-policy", "soon"]) == 2
     assert main(["translate", str(audio), "--to", "es", "--mt", str(tmp_path / "nope")]) == 2
     assert "MT model" in capsys.readouterr().err
+    assert main(["translate", str(audio), "--to", "es", "--language", "auto"]) == 2
+    assert "needs the source language" in capsys.readouterr().err
+
+
+def test_the_speech_model_transcribes_the_language_the_mt_stage_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # without --language a multilingual model would detect a language of its own and hand the MT stage text in it
+    import simulst.cli.cascade as cascade
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(cascade, "load_mt", lambda name, source, target, device: seen.setdefault("mt", source))
+    monkeypatch.setattr(cascade, "model_from_args", lambda args, task: seen.setdefault("asr", args.language))
+    monkeypatch.setattr(cascade, "CascadeEngine", lambda asr, mt, options: None)
+    parser = build_parser()
+    for flags, language in (([], "en"), (["--language", "DE"], "de")):
+        seen.clear()
+        cascade.cascade_from_args(parser.parse_args(["translate", "a.wav", "--to", "es", *flags]))
+        assert seen == {"mt": language, "asr": language}
 
 
 @pytest.mark.real

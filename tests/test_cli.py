@@ -127,6 +127,7 @@ def test_bad_audio_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
         (["--model", "/no/such/model/dir"], "neither a local directory nor a hub id"),
         (["--model", "nobody/no-such-model"], "could not load model"),
         (["--window", "audio", "--model", str(DATA)], "neither a Hugging Face config.json nor a CTranslate2"),
+        (["--device", "tpu"], "unknown torch device 'tpu'"),
     ],
 )
 def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
@@ -135,6 +136,18 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str],
     code, _, err = run_cli(["transcribe", str(JFK), *args], capsys)
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_a_cuda_device_this_machine_lacks_is_an_option_error() -> None:
+    import torch
+
+    from simulst.errors import OptionError
+    from simulst.models.device import torch_device
+
+    assert torch_device("cpu") == torch.device("cpu")
+    absent = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(OptionError, match="CUDA GPU"):
+        torch_device(absent)
 
 
 @pytest.mark.real

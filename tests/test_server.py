@@ -158,6 +158,7 @@ START = json.dumps({"type": "start"})
     ([json.dumps({"type": "start", "colour": "red"})], "unknown start field"),
     ([json.dumps({"type": "start", "task": "translate"})], "English-only"),
     ([json.dumps({"type": "start", "policy": "ctc"})], "CTC head"),
+    ([json.dumps({"type": "start", "to": "es", "language": "auto"})], "needs the source language"),
     ([START, b"\x00\x00\x00"], "whole 16-bit samples"),
     ([START, b"\x00\x00" * 16000 * 3], "at most 2000 ms"),
     ([START, START], "started already"),

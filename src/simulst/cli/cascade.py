@@ -73,8 +73,13 @@ def cascade_from_args(args: argparse.Namespace, mt_options: MTOptions | None = N
         ModelLoadError, OptionError: as the loaders do.
     """
     mt_options = mt_options or mt_options_from_args(args)
-    mt = load_mt(args.mt, args.language or "en", args.to, args.device)
-    asr = model_from_args(args, task="transcribe")
+    source = (args.language or "en").strip().lower()
+    if source == "auto":
+        raise OptionError("the cascade's MT stage needs the source language: --language CODE (not auto)")
+    mt = load_mt(args.mt, source, args.to, args.device)
+    # the speech model transcribes the language the MT stage translates from (a multilingual model would otherwise
+    # detect another and hand the MT text it cannot read)
+    asr = model_from_args(argparse.Namespace(**{**vars(args), "language": source}), task="transcribe")
     return CascadeEngine(asr, mt, mt_options)
 
 

@@ -30,6 +30,7 @@ from simulst.config import TASKS, ModelOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Ahead, Encoded
 from simulst.models.ctc_head import CtcHead
+from simulst.models.device import torch_device
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.timing import RowTrace, Traced, token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
@@ -120,7 +121,7 @@ class WhisperModel:
 
     def __init__(self, net: WhisperNet, tokenizer: BpeTokenizer, config: dict[str, Any], options: ModelOptions) -> None:
         self.options = options  # (validated when built)
-        self.device = torch.device(options.device)
+        self.device = torch_device(options.device)
         self.precision = options.precision
         self.net = _prepared(net, options, self.device)
         self.dims = net.dims
@@ -182,10 +183,12 @@ class WhisperModel:
         if not self.multilingual and (task != "transcribe" or language not in (None, "en")):
             raise OptionError(
                 "this Whisper checkpoint is English-only: it can only transcribe English "
-                "(use a multilingual checkpoint for other languages or --task translate)"
+                "(for other languages or for translating into English use a multilingual checkpoint, e.g. "
+                "--model whisper-base; for English into another language, a cascade: --to LANG)"
             )
         if language is not None and self.multilingual and language not in self.language_ids:
-            raise OptionError(f"unknown language {language!r} for this Whisper checkpoint")
+            raise OptionError(f"unknown language {language!r} for this Whisper checkpoint (a code such as de, fr, "
+                              f"es; it knows {len(self.language_ids)}: {', '.join(sorted(self.language_ids))})")
 
     # ----------------------------------------------------------------------------------- prompt
     def _language_ids(self) -> dict[str, int]:

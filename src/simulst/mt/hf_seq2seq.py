@@ -31,6 +31,7 @@ import torch
 
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Encoded
+from simulst.models.device import torch_device
 from simulst.mt.backend import NeuralMT
 from simulst.types import Costs
 
@@ -126,7 +127,7 @@ class HFSeq2SeqModel:
 
     def __init__(self, net: Any, hf_tokenizer: Any, source_lang: str | None = None, target_lang: str | None = None,
                  device: str = "cpu") -> None:
-        self.device = torch.device(device)
+        self.device = torch_device(device)
         self.net = net.to(self.device).eval()
         config = net.config
         self.model_type = str(getattr(config, "model_type", ""))

@@ -147,8 +147,11 @@ class Service:
                 raise OptionError('a cascade ("to") translates the transcript: use task "transcribe" with it')
             if start.prompt:
                 raise OptionError('a cascade ("to") takes no prompt')
-            asr = self.runner.view(self._variant(language, "transcribe"))
-            cascade = CascadeSession(asr, self._mt(language or "en", start.to), options, catch_up=True)
+            source = language or "en"  # (the speech model transcribes the language the MT stage reads)
+            if source == "auto":
+                raise OptionError('a cascade ("to") needs the source language: "language" (not auto)')
+            asr = self.runner.view(self._variant(source, "transcribe"))
+            cascade = CascadeSession(asr, self._mt(source, start.to), options, catch_up=True)
             voice = self._voice(start.to) if start.speech else None
             return OpenedStream(cascade, ("source", "target"), voice)
         if start.speech:
