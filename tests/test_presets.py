@@ -191,3 +191,12 @@ def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
     greedy_flags = ["--search", "greedy", "--beam", "1", "--policy", "la-2"]
     chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", *greedy_flags]))
     assert chosen.search == SearchOptions("greedy", beam=1) and chosen.policy == PolicyOptions("la", 2)
+    # a preset's beam goes with its search: low's beam of 1 is not a beam search's width
+    default_beam = SearchOptions().beam
+    widened = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low", "--search", "beam"]))
+    assert widened.search == SearchOptions("beam", beam=default_beam) and default_beam > 1
+    narrow = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low", "--search", "beam",
+                                                         "--beam", "2"]))
+    assert narrow.search == SearchOptions("beam", beam=2)
+    same = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", "--search", "beam"]))
+    assert same.search == SearchOptions("beam", beam=3)  # (the preset's own search: its beam)

@@ -148,12 +148,15 @@ def stream_options_from_args(args: argparse.Namespace, task: str | None = None) 
 def apply_latency_preset(args: argparse.Namespace, task: str | None = None) -> None:
     """Set the arguments of the ``--latency`` preset of ``task`` (None: the arguments' ``task``, else
     ``transcribe``) that were not given on the command line; the ones given win. The segment and the buffer bound
-    each other (``--segment-s`` <= ``--max-buffer-s``): where only one is given, the other yields to it."""
+    each other (``--segment-s`` <= ``--max-buffer-s``): where only one is given, the other yields to it. A preset's
+    beam goes with its search: ``--search`` naming another search without ``--beam`` keeps the option default beam
+    (``--latency low --search beam`` is not a beam of 1)."""
     given = vars(args).get(GIVEN) or set()
     chosen = preset(task or vars(args).get("task") or "transcribe", args.latency).for_model(
         vars(args).get("model"), "ctc_head" in given)
+    other_search = "search" in given and args.search != chosen.settings.get("search")
     for name, value in chosen.settings.items():
-        if name not in given:
+        if name not in given and not (name == "beam" and other_search):
             setattr(args, name, value)
     if "segment_s" in given and "max_buffer_s" not in given:
         args.max_buffer_s = max(args.max_buffer_s, args.segment_s)
