@@ -29,7 +29,7 @@ from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
 from simulst.mt.loading import load_mt
 from simulst.mt.options import MTOptions
-from simulst.streaming.cascade import CascadeEngine, CascadeSession
+from simulst.streaming.cascade import CascadeEngine, CascadeSession, cascade_source
 from simulst.streaming.feed import feed_fast, feed_realtime
 from simulst.tts.espeak import EspeakSynthesizer
 from simulst.tts.timeline import SpeechOutput
@@ -73,12 +73,8 @@ def cascade_from_args(args: argparse.Namespace, mt_options: MTOptions | None = N
         ModelLoadError, OptionError: as the loaders do.
     """
     mt_options = mt_options or mt_options_from_args(args)
-    source = (args.language or "en").strip().lower()
-    if source == "auto":
-        raise OptionError("the cascade's MT stage needs the source language: --language CODE (not auto)")
+    source = cascade_source(args.language).strip().lower()
     mt = load_mt(args.mt, source, args.to, args.device)
-    # the speech model transcribes the language the MT stage translates from (a multilingual model would otherwise
-    # detect another and hand the MT text it cannot read)
     asr = model_from_args(argparse.Namespace(**{**vars(args), "language": source}), task="transcribe")
     return CascadeEngine(asr, mt, mt_options)
 

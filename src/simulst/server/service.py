@@ -23,7 +23,7 @@ from simulst.mt.backend import MTBackend
 from simulst.mt.loading import load_mt
 from simulst.server.protocol import Limits, StartRequest
 from simulst.streaming.batching import Batcher, Runner, ThreadRunner
-from simulst.streaming.cascade import CascadeSession
+from simulst.streaming.cascade import CascadeSession, cascade_source
 from simulst.streaming.engine import Stream
 from simulst.streaming.session import Session
 from simulst.tts.base import SpeechSynthesizer
@@ -147,9 +147,7 @@ class Service:
                 raise OptionError('a cascade ("to") translates the transcript: use task "transcribe" with it')
             if start.prompt:
                 raise OptionError('a cascade ("to") takes no prompt')
-            source = language or "en"  # (the speech model transcribes the language the MT stage reads)
-            if source == "auto":
-                raise OptionError('a cascade ("to") needs the source language: "language" (not auto)')
+            source = cascade_source(language)
             asr = self.runner.view(self._variant(source, "transcribe"))
             cascade = CascadeSession(asr, self._mt(source, start.to), options, catch_up=True)
             voice = self._voice(start.to) if start.speech else None

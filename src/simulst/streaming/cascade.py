@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from simulst.config import StreamOptions
+from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
 from simulst.mt.backend import MTBackend
 from simulst.mt.options import MTOptions
@@ -31,6 +32,21 @@ from simulst.streaming.mt_stage import MTStage
 from simulst.streaming.session import Session
 from simulst.tts.timeline import SpeechOutput
 from simulst.types import Costs, Emission
+
+
+def cascade_source(language: str | None) -> str:
+    """The language a cascade's speech model transcribes and its MT stage translates from: ``language``, English
+    where none is named. (Left to detect the language, a multilingual speech model would hand the MT stage text in
+    a language it cannot read.)
+
+    Raises:
+        OptionError: ``auto``: the MT stage cannot be chosen for a language not yet heard.
+    """
+    source = language or "en"
+    if source.strip().lower() == "auto":
+        raise OptionError("a cascade's MT stage needs the source language: give its code (--language on the "
+                          'command line, "language" to the server), not auto')
+    return source
 
 
 class CascadeSession:
