@@ -69,20 +69,20 @@ def agreement_rows(logs: dict[str, list[InstanceRecord]], data: str,
                    pairs: Sequence[tuple[str, str]] = PAIRS, reference: str = "offline") -> list[dict[str, object]]:
     """Per configuration: BLEU / chrF against the ``reference`` configuration's outputs; per pair: the paired
     bootstrap interval."""
-    offline = [r.prediction for r in logs[reference]]
+    references = [r.prediction for r in logs[reference]]
     rows: list[dict[str, object]] = []
     for name, records in logs.items():
         if name == reference:
             continue
         hyps = [r.prediction for r in records]
         rows.append({"data": data, "config": name, "n": len(hyps),
-                     "BLEU_vs_offline": bleu(hyps, offline), "chrF_vs_offline": chrf(hyps, offline)})
+                     "BLEU_vs_offline": bleu(hyps, references), "chrF_vs_offline": chrf(hyps, references)})
     for a, b in pairs:
         if a in logs and b in logs:
-            row: dict[str, object] = {"data": data, "config": f"{b} − {a}", "n": len(offline)}
+            row: dict[str, object] = {"data": data, "config": f"{b} − {a}", "n": len(references)}
             for metric in ("BLEU", "chrF"):
                 row[f"{metric}_vs_offline"] = paired_bootstrap(
-                    metric, [r.prediction for r in logs[a]], [r.prediction for r in logs[b]], offline).describe()
+                    metric, [r.prediction for r in logs[a]], [r.prediction for r in logs[b]], references).describe()
             rows.append(row)
     return rows
 
@@ -91,16 +91,16 @@ def pooled_rows(logs: dict[str, list[InstanceRecord]], data: str,
                 pools: Sequence[tuple[list[str], list[str]]], reference: str = "offline") -> list[dict[str, object]]:
     """Per pool (A's grids, B's grids, in the same order): the paired bootstrap interval of B − A in agreement with
     the ``reference`` configuration over all the grids, each utterance drawn with its outputs on every grid."""
-    offline = [r.prediction for r in logs[reference]]
+    references = [r.prediction for r in logs[reference]]
     rows: list[dict[str, object]] = []
     for names_a, names_b in pools:
         if not all(name in logs for name in [*names_a, *names_b]):
             continue
         row: dict[str, object] = {"data": data, "config": f"{','.join(names_b)} − {','.join(names_a)}",
-                                  "n": len(offline)}
+                                  "n": len(references)}
         for metric in ("BLEU", "chrF"):
             row[f"{metric}_vs_offline"] = pooled_interval(metric, [logs[n] for n in names_a],
-                                                          [logs[n] for n in names_b], offline).describe()
+                                                          [logs[n] for n in names_b], references).describe()
         rows.append(row)
     return rows
 
