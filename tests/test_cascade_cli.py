@@ -34,6 +34,9 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert main(["translate", str(audio), "--to", "es", "--mt-policy", "ctc"]) == 2
     assert "no CTC head" in capsys.readouterr().err
     assert main(["translate", str(audio), "--to", "es", "--mt-policy", "soon"]) == 2
+    err = capsys.readouterr().err  # (only the policies the MT stage takes are offered)
+    assert "unknown MT policy 'soon'; choose one of ba-N | hold-N | la-N | offline | sp-N | wait-N" in err
+    assert "ctc" not in err and "alignatt" not in err and err.count("\n") == 1
     assert main(["translate", str(audio), "--to", "es", "--mt", str(tmp_path / "nope")]) == 2
     assert "MT model" in capsys.readouterr().err
     assert main(["translate", str(audio), "--to", "es", "--language", "auto"]) == 2
@@ -53,6 +56,40 @@ def test_the_speech_model_transcribes_the_language_the_mt_stage_reads(monkeypatc
         seen.clear()
         cascade.cascade_from_args(parser.parse_args(["translate", "a.wav", "--to", "es", *flags]))
         assert seen == {"mt": language, "asr": language}
+
+
+def test_search_flags_are_refused_for_an_mt_backend_without_a_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Apertium translates each source prefix in one call: --mt-search / --mt-beam given would be ignored
+    import simulst.cli.cascade as cascade
+    from simulst.errors import OptionError
+    from simulst.mt.apertium import ApertiumMT
+
+    class Backend:
+        name, searches = "apertium:eng-spa", ApertiumMT.searches
+
+    assert ApertiumMT.searches is False
+    monkeypatch.setattr(cascade, "load_mt", lambda name, source, target, device: Backend())
+    monkeypatch.setattr(cascade, "model_from_args", lambda args, task: None)
+    monkeypatch.setattr(cascade, "CascadeEngine", lambda asr, mt, options: (mt, options))
+    parser = build_parser()
+    translate = ["translate", "a.wav", "--to", "es"]
+    for flags, named in ((["--mt-beam", "4"], "--mt-beam"), (["--mt-beam", "5"], "--mt-beam"),  # (5: the default)
+                         (["--mt-search", "beam", "--mt-beam", "3"], "--mt-search and --mt-beam")):
+        with pytest.raises(OptionError, match=f"^{named}: the apertium:eng-spa MT backend has no search"):
+            cascade.cascade_from_args(parser.parse_args([*translate, *flags]))
+    assert cascade.cascade_from_args(parser.parse_args(translate))[1].search.beam == 5  # (not given: no error)
+    Backend.searches = True  # a neural backend searches
+    assert cascade.cascade_from_args(parser.parse_args([*translate, "--mt-beam", "4"]))[1].search.beam == 4
+
+
+@needs_tools
+def test_mt_beam_with_apertium_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    audio = tmp_path / "a.wav"
+    sf.write(str(audio), np.zeros(1600, dtype=np.float32), 16000)
+    assert main(["translate", str(audio), "--to", "es", "--mt-beam", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("simulst: error: --mt-beam: the apertium:eng-spa MT backend has no search") and (
+        err.count("\n") == 1)
 
 
 @pytest.mark.real

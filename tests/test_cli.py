@@ -98,6 +98,19 @@ def test_silence_gives_empty_output(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert records == [records[-1]] and records[-1]["text"] == ""
 
 
+@pytest.mark.real
+@needs_shared
+def test_a_truncated_file_is_transcribed_as_far_as_it_goes_with_a_warning(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    cut = tmp_path / "jfk-cut.wav"
+    cut.write_bytes(JFK.read_bytes()[: 44 + 2 * 16000 * 5])  # the header and 5 s of the 11 s it announces
+    code, out, err = run_cli(["transcribe", str(cut), *MODEL, "--policy", "offline", "--json"], capsys)
+    assert code == 0
+    assert f"simulst: warning: {cut} is truncated: it holds 5.00 s of the 11.00 s its header announces" in err
+    final = json.loads(out.splitlines()[-1])
+    assert final["source_ms"] == pytest.approx(5000.0) and "fellow Americans" in final["text"]
+
+
 @pytest.mark.parametrize(
     "make, message",
     [
@@ -128,6 +141,9 @@ def test_bad_audio_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
         (["--model", "nobody/no-such-model"], "could not load model"),
         (["--window", "audio", "--model", str(DATA)], "neither a Hugging Face config.json nor a CTranslate2"),
         (["--device", "tpu"], "unknown torch device 'tpu'"),
+        (["--max-buffer-s", "60"], "(--max-buffer-s 60) is longer than the model's window: at most 30 s"),
+        (["--segment-s", "31"], "(--segment-s 31) is longer than the model's window: at most 30 s"),
+        (["--window-min-ms", "40000"], "(--window-min-ms 40000) is longer than the model's window: at most 30000 ms"),
     ],
 )
 def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
@@ -136,6 +152,7 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str],
     code, _, err = run_cli(["transcribe", str(JFK), *args], capsys)
     assert code == 2
     assert message in err and "Traceback" not in err
+    assert err.count("\n") == 1  # (one line)
 
 
 def test_a_cuda_device_this_machine_lacks_is_an_option_error() -> None:
@@ -206,3 +223,24 @@ def test_entry_point_runs_as_a_program(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "audio file not found" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_option_of_every_subcommand_has_a_help() -> None:
+    from simulst.cli.main import build_parser
+
+    subcommands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    missing = {name: [a.option_strings[0] for a in sub._actions if a.option_strings and not a.help]
+               for name, sub in subcommands.items()}
+    assert missing == {name: [] for name in subcommands}  # (serve --log-level, train-ctc --epochs/--seed/--device)
+
+
+def test_serve_describes_the_batching_in_force() -> None:
+    # concurrent streams are decoded in batches on a GPU only (--batching auto); on a CPU, one stream per core
+    from simulst.cli.main import build_parser
+    from simulst.cli.serve import server_config
+
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    assert "decoded in batches on a GPU, one stream per core on a CPU" in " ".join(serve.description.split())
+    assert server_config(parser.parse_args(["serve"])).batched is False
+    assert server_config(parser.parse_args(["serve", "--device", "cuda"])).batched is True

@@ -150,6 +150,19 @@ def test_augment_and_voices() -> None:
     assert voice == random_voice(random.Random(1), ["espeak-ng", "flite"])  # seeded
 
 
+def test_the_docs_say_which_synthesisers_the_set_up_installs() -> None:
+    # training synthesises with espeak-ng (the set-up installs it) and, where installed, flite (it does not)
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    listed = re.search(r"debian_packages=\(([^)]*)\)", (root / "scripts" / "setup.sh").read_text(encoding="utf-8"))
+    assert listed is not None and "espeak-ng" in listed[1].split() and "flite" not in listed[1].split()
+    doc = " ".join((root / "docs" / "ctc.md").read_text(encoding="utf-8").split())
+    assert "Synthesis needs espeak-ng, which `scripts/setup.sh` installs" in doc
+    assert "flite is optional and the set-up does not install it" in doc and "(`apt-get install flite`)" in doc
+    assert random_voice(random.Random(0), ["espeak-ng"]).engine == "espeak-ng"  # (no flite: espeak-ng alone)
+
+
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_espeak_synthesis() -> None:
     assert "espeak-ng" in engines()

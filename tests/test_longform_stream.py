@@ -696,3 +696,21 @@ def test_a_short_vad_segment_is_committed_however_unsure_the_model_is() -> None:
     feed_fast(session, load_audio(JFK))
     assert session.costs.extra["vad_segments"] >= 3
     assert "americans ask not what your country" in normalize_for_wer(session.text)
+
+
+def test_a_segment_or_buffer_longer_than_the_models_window_is_refused() -> None:
+    # the toy model's window is 60 s (60 000 samples at 1 kHz); Whisper's is 30 s, which the translate presets use
+    from simulst.errors import OptionError
+    from simulst.server.service import ServerConfig, Service
+
+    model = ToySpeechModel()
+    assert Session(model, StreamOptions(segment_s=10, max_buffer_s=60)).buffer.capacity == 60_000
+    with pytest.raises(OptionError, match=r"maximum buffer \(--max-buffer-s 61\) is longer than the model's window: "
+                                          r"at most 60 s"):
+        Session(model, StreamOptions(max_buffer_s=61))
+    with pytest.raises(OptionError, match=r"segment \(--segment-s 70\) .* at most 60 s"):
+        Session(model, StreamOptions(segment_s=70, max_buffer_s=70, policy=PolicyOptions("offline", 0)))
+    with pytest.raises(OptionError, match="at most 60 s"):  # a server refuses at its start, not at every stream
+        Service(model, ServerConfig(options=StreamOptions(max_buffer_s=61), batched=False))
+    with pytest.raises(OptionError, match="at most 60 s"):
+        Service(model, ServerConfig(translate_options=StreamOptions(max_buffer_s=90), batched=False))

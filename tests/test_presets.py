@@ -200,3 +200,69 @@ def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
     assert narrow.search == SearchOptions("beam", beam=2)
     same = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", "--search", "beam"]))
     assert same.search == SearchOptions("beam", beam=3)  # (the preset's own search: its beam)
+
+
+def test_the_python_api_keeps_the_options_the_caller_set() -> None:
+    # preset_options resolves as the command line does: a field whose value differs from its default counts as
+    # given and wins over the preset (a value equal to the default cannot be told from none: the preset's)
+    parser = build_parser()
+    _, stream = preset_options("transcribe", stream=StreamOptions(chunk_ms=1000.0))
+    assert stream.chunk_ms == 1000.0
+    assert stream == stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--chunk-ms", "1000"]))
+    balanced = PRESETS[("transcribe", "balanced")]
+    assert preset_options("transcribe", stream=StreamOptions(chunk_ms=600.0))[1].chunk_ms == balanced.settings[
+        "chunk_ms"]
+    # a preset's beam goes with its search; a given buffer bounds the preset's segment; a given head is kept
+    _, searched = preset_options("transcribe", "low", stream=StreamOptions(search=SearchOptions("beam")))
+    low_beam = ["transcribe", "a.wav", "--latency", "low", "--search", "beam"]
+    assert searched == stream_options_from_args(parser.parse_args(low_beam))
+    assert searched.search == SearchOptions("beam", beam=SearchOptions().beam)
+    _, short = preset_options("translate", model=ModelOptions("whisper-base"), stream=StreamOptions(max_buffer_s=7.0))
+    assert (short.segment_s, short.max_buffer_s) == (7.0, 7.0)
+    model, stream = preset_options("transcribe", "low", ModelOptions(ctc_head="my-head.safetensors"),
+                                   StreamOptions(policy=PolicyOptions("hold", 2), vad=True))
+    assert model.ctc_head == "my-head.safetensors" and stream.policy == PolicyOptions("hold", 2)
+    flags = ["transcribe", "a.wav", "--latency", "low", "--ctc-head", "my-head.safetensors", "--policy", "hold-2"]
+    assert stream == stream_options_from_args(parser.parse_args(flags))
+    assert model == model_options_from_args(parser.parse_args(flags))
+
+
+@pytest.mark.parametrize("command", ["eval", "sweep"])
+def test_eval_and_sweep_resolve_a_preset_as_transcribe_and_translate_do(command: str) -> None:
+    # the given flags win; the preset's beam goes with its search only (--policy la-2 alone keeps the preset's
+    # search and its beam, as transcribe does; another --search gets the option default beam)
+    parser = build_parser()
+    for task, model in (("transcribe", []), ("translate", ["--model", "whisper-base"])):
+        for flags in (["--policy", "la-2"], ["--policy", "la-2", "--chunk-ms", "1000"],
+                      ["--latency", "low", "--search", "beam"], ["--policy", "la-2", "--beam", "2"],
+                      ["--latency", "accurate", "--search", "greedy", "--max-buffer-s", "12"]):
+            run = parser.parse_args([command, "set.tsv", "-o", "out", "--task", task, *model, *flags])
+            alone = parser.parse_args([task, "a.wav", *model, *flags])
+            assert stream_options_from_args(run) == stream_options_from_args(alone), (command, task, flags)
+    la2 = stream_options_from_args(parser.parse_args([command, "set.tsv", "-o", "out", "--policy", "la-2"]))
+    balanced = PRESETS[("transcribe", "balanced")].settings
+    assert la2.policy == PolicyOptions("la", 2)
+    assert la2.search == SearchOptions(balanced["search"], beam=balanced["beam"])
+
+
+def test_a_sweeps_searches_take_a_presets_beam_with_its_search_only() -> None:
+    # each search of --searches runs as --search NAME would: --latency low's beam of 1 is not a beam search's width
+    from simulst.cli.evaluation import search_beams
+    from simulst.evaluation.sweep import build_grid
+
+    parser = build_parser()
+    default = SearchOptions().beam
+    for flags, beams in ((["--latency", "low"], {"greedy": 1, "beam": default, "bwbs": default}),
+                         ([], {"greedy": default, "beam": 3, "bwbs": default}),
+                         (["--beam", "2"], {"greedy": 2, "beam": 2, "bwbs": 2})):
+        args = parser.parse_args(["sweep", "set.tsv", "-o", "out", *flags, "--searches", "greedy", "beam", "bwbs"])
+        base = stream_options_from_args(args)
+        assert search_beams(args, args.searches) == beams
+        for point in build_grid(base, ["la-2"], searches=args.searches, beams=search_beams(args, args.searches)):
+            alone = parser.parse_args(["transcribe", "a.wav", *flags, "--search", point.options.search.name])
+            assert point.options.search == stream_options_from_args(alone).search, point.label
+    args = parser.parse_args(["sweep", "set.tsv", "-o", "out", "--latency", "low", "--searches", "beam",
+                              "--grid", "search.beam=4"])
+    grid = build_grid(stream_options_from_args(args), ["la-2"], searches=args.searches, grid={"search.beam": ["4"]},
+                      beams=search_beams(args, args.searches))
+    assert [p.options.search.beam for p in grid] == [4]  # (a beam axis wins)

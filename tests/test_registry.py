@@ -22,6 +22,7 @@ from simulst.policies import Policy, PolicyContext, PolicyState, make_policy, re
 from simulst.search import BeamSearch, Searcher, make_searcher, register_searcher
 from simulst.search.stopping import StopRule
 from simulst.server.service import ServerConfig, Service
+from simulst.streaming.session import Session
 from simulst.types import Hypothesis
 from tests.shared_assets import JFK, WHISPER_TINY_EN, needs_shared
 from tests.toy import ToySpeechModel, tone
@@ -145,6 +146,20 @@ def test_the_builtins_are_registered_by_their_modules() -> None:
     assert [s.name for s in POLICIES.entries() if not s.text_source] == ["alignatt", "ctc"]
     with pytest.raises(ValueError, match="already registered"):
         register_policy("la", syntax="la-N", pattern=r"la-?(\d+)", help="another")(EveryNth)
+
+
+def test_the_offline_policy_is_listed_as_the_stream_runs_it() -> None:
+    # no chunk is decoded: the buffer (the whole window) is committed whole at the source's end, when it is full and
+    # at a VAD pause; in a cascade's MT stage, once at the end
+    from simulst.cli.main import describe_policies
+
+    listed = " ".join(describe_policies().split())
+    entry = listed[listed.index("offline "):listed.index(" sp-N ")]
+    assert all(part in entry for part in ("source ends", "fills the model's window", "--vad", "MT stage"))
+    session = Session(ToySpeechModel(), StreamOptions(chunk_ms=1000, policy=PolicyOptions("offline", 0)))
+    early = session.push(tone(61_000))  # (the toy model's window: 60 s)
+    assert early and early[0].source_ms == 60_000.0 and session.costs.decoder_calls > 0
+    assert session.costs.extra["segment_commits"] == 1
 
 
 def test_the_registry_module_examples_hold() -> None:

@@ -245,7 +245,7 @@ def test_stream_output_writes_tsv_and_whisper_streaming_files(tmp_path: Path,
                       ("whisper-streaming", "1800.0000 330 1020 And so\n2400.0000 1020 1740  my fellow\n")):
         path = tmp_path / f"out.{fmt}"
         output = StreamOutput(fmt, str(path))
-        with output.streaming(end_ms=3000.0):
+        with output.streaming(end_ms=lambda: 3000.0):
             for emission in emissions:
                 output.emit(emission, 0.0)
         assert path.read_text(encoding="utf-8") == want

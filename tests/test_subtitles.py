@@ -254,7 +254,7 @@ def test_file_outputs_merge_short_captions_live_ones_do_not(tmp_path: Path, caps
 
     def written(path: Path | None, **options: Any) -> list[str]:
         output = StreamOutput("srt", None if path is None else str(path), **options)
-        with output.streaming(end_ms=4000.0):
+        with output.streaming(end_ms=lambda: 4000.0):
             for emission in stream:
                 output.emit(emission, 0.0)
         content = capsys.readouterr().out if path is None else path.read_text(encoding="utf-8")

@@ -48,6 +48,16 @@ def test_english_only_checkpoint_rejects_translation(tmp_path: Path) -> None:
         load_model(str(directory), window="half")
 
 
+def test_a_shortest_window_longer_than_the_models_is_refused(tmp_path: Path) -> None:
+    # the audio window is padded up to --window-min-ms, which the model's window (Whisper's 30 s) bounds
+    directory = make_checkpoint(tmp_path / "en", ENGLISH_VOCAB)
+    model = load_model(str(directory), window_min_ms=30000.0)
+    assert model.window_frames(16000) == 2 * model.dims.max_source_positions
+    with pytest.raises(OptionError, match=r"--window-min-ms 40000\) is longer than the model's window: at most "
+                                          r"30000 ms"):
+        load_model(str(directory), window_min_ms=40000.0)
+
+
 def test_broken_checkpoints_give_model_load_errors(tmp_path: Path) -> None:
     directory = make_checkpoint(tmp_path / "broken", ENGLISH_VOCAB)
     config = json.loads((directory / "config.json").read_text())

@@ -21,7 +21,8 @@ from __future__ import annotations
 import io
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -44,31 +45,45 @@ def decode_audio(source: str | Path | bytes, sample_rate: int, what: str = "the 
         AudioTooLong: more than ``max_s`` seconds decoded (no frame is decoded past the one that passes it).
         AudioError: FFmpeg cannot open or decode it, it holds no audio stream, or no samples.
     """
-    av = _av()
-    opened = io.BytesIO(source) if isinstance(source, bytes) else str(source)
     chunks: list[np.ndarray] = []
     limit = None if max_s is None else max_s * sample_rate
     decoded = 0
+    with closing(decode_blocks(source, sample_rate, what)) as blocks:
+        for block in blocks:
+            chunks.append(block)
+            decoded += block.shape[0]
+            if limit is not None and decoded > limit:
+                assert max_s is not None
+                raise too_long(what, max_s)
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+    if audio.shape[0] == 0:
+        raise AudioError(f"{what} holds no audio samples")
+    return audio
+
+
+def decode_blocks(source: str | Path | bytes, sample_rate: int,
+                  what: str = "the audio") -> Generator[np.ndarray, None, None]:
+    """The first audio stream of a file (a path, or its bytes) as mono float32 at ``sample_rate``, a decoded frame
+    at a time (the memory held is one frame's, whatever the file's length); blocks may be empty.
+
+    Raises:
+        AudioError: FFmpeg cannot open or decode it (when the block that reveals it is reached), or it holds no
+            audio stream.
+    """
+    av = _av()
+    opened = io.BytesIO(source) if isinstance(source, bytes) else str(source)
     try:
         with av.open(opened, mode="r") as container:
             if not container.streams.audio:
                 raise AudioError(f"{what} holds no audio stream")
             mono = _MonoResampler(sample_rate)
             for frame in _frames(container):
-                chunks.append(mono.frame(frame))
-                decoded += chunks[-1].shape[0]
-                if limit is not None and decoded > limit:
-                    assert max_s is not None
-                    raise too_long(what, max_s)
-            chunks.append(mono.flush())
+                yield mono.frame(frame)
+            yield mono.flush()
     except AudioError:
         raise
     except Exception as err:  # PyAV raises av.error.FFmpegError subclasses (and OSError, ValueError) on bad input
         raise AudioError(f"FFmpeg cannot decode {what}: {_reason(err)}") from err
-    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-    if audio.shape[0] == 0:
-        raise AudioError(f"{what} holds no audio samples")
-    return audio
 
 
 class StreamDecoder:

@@ -16,15 +16,17 @@ import sys
 import time
 from typing import Any
 
-from simulst.audio.io import is_silent, load_audio
+from simulst.audio.io import AudioReader
 from simulst.cli.options import (
     ArgumentGroups,
     cli_options,
+    given_options,
     model_from_args,
     options_from_args,
     stream_options_from_args,
 )
 from simulst.cli.printing import StreamOutput, final_record
+from simulst.cli.reading import open_audio
 from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
 from simulst.mt.loading import load_mt
@@ -70,11 +72,16 @@ def cascade_from_args(args: argparse.Namespace, mt_options: MTOptions | None = N
     """The cascade the arguments name (``mt_options``: built from them already).
 
     Raises:
-        ModelLoadError, OptionError: as the loaders do.
+        ModelLoadError, OptionError: as the loaders do; ``--mt-search`` / ``--mt-beam`` given for a backend that
+            takes no search (Apertium), which would ignore them.
     """
     mt_options = mt_options or mt_options_from_args(args)
     source = cascade_source(args.language).strip().lower()
     mt = load_mt(args.mt, source, args.to, args.device)
+    search_flags = [f"--{dest.replace('_', '-')}" for dest in ("mt_search", "mt_beam") if dest in given_options(args)]
+    if search_flags and not mt.searches:
+        raise OptionError(f"{' and '.join(search_flags)}: the {mt.name} MT backend has no search to set (it "
+                          "translates each source prefix in one call); drop the flag, or use a neural --mt model")
     asr = model_from_args(argparse.Namespace(**{**vars(args), "language": source}), task="transcribe")
     return CascadeEngine(asr, mt, mt_options)
 
@@ -86,11 +93,12 @@ def run_cascade(args: argparse.Namespace) -> int:
     options = stream_options_from_args(args, task="transcribe")  # the speech model transcribes
     mt_options = mt_options_from_args(args)
     speech = _speech_output(args)
-    audio = load_audio(args.audio)
+    reader = open_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     engine = cascade_from_args(args, mt_options)
-    if engine.sample_rate != 16000:
-        audio = load_audio(args.audio, engine.sample_rate)
+    if engine.sample_rate != reader.sample_rate:
+        reader.close()
+        reader = AudioReader(args.audio, engine.sample_rate)
     cascade = engine.open(options, catch_up=args.realtime)
 
     def emit(emission: Emission, wall_ms: float) -> None:
@@ -100,13 +108,13 @@ def run_cascade(args: argparse.Namespace) -> int:
 
     wall_start = time.perf_counter()
     feed = feed_realtime if args.realtime else feed_fast
-    source_s = audio.shape[0] / engine.sample_rate
-    with output.streaming(end_ms=source_s * 1000.0):  # captions of the translated text
-        feed(cascade, audio, emit)
+    with reader, output.streaming(end_ms=lambda: reader.duration_s * 1000.0):  # captions of the translated text
+        feed(cascade, reader, emit)
     wall_s = time.perf_counter() - wall_start
+    source_s = reader.duration_s
     report = _write_speech(speech, args.speak, source_s) if speech is not None else None
     _print_summary(cascade, engine, output, source_s, wall_s, report)
-    if is_silent(audio):
+    if reader.silent():
         print("simulst: the audio is silent: nothing to translate", file=sys.stderr)
         return 1
     return 0

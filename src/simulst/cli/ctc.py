@@ -6,14 +6,16 @@ Reproduces the shipped head (``simulst/assets/ctc/whisper-tiny.en-char.safetenso
         --threads 2 --out src/simulst/assets/ctc/whisper-tiny.en-char.safetensors \\
         --eval ../shared/data/jfk.tsv ../shared/data/fleurs-en-dev.tsv
 
-(espeak-ng and flite from Debian; the training run and its steps' times: ``bench/results/ctc_head.md``.)
+(Synthesis needs espeak-ng, which scripts/setup.sh installs; the shipped head's recipe also had flite, which the
+set-up does not install: apt-get install flite first - without it espeak-ng voices every utterance and the corpus
+differs. The training run and its steps' times: ``bench/results/ctc_head.md``.)
 
 Steps (each reuses its output in ``--work-dir`` when present): synthesise ``--synthesize N`` utterances with
-espeak-ng/flite (:mod:`simulst.ctc.data`) from the first N sentences of the shipped English list (harvested
-offline from Python's documentation, manual pages and license texts: :mod:`simulst.ctc.text`) and/or read
-``--manifest`` TSVs (``audio`` +
-``transcript`` columns, like ``../shared/data/*.tsv``); encode them once with the frozen encoder; train the head;
-save it; report greedy CTC CER/WER on ``--eval`` manifests. ``python -m simulst.cli.ctc ...`` works too.
+espeak-ng, and flite where installed (:mod:`simulst.ctc.data`), from the first N sentences of the shipped English
+list (harvested offline from Python's documentation, manual pages and license texts: :mod:`simulst.ctc.text`)
+and/or read ``--manifest`` TSVs (``audio`` + ``transcript`` columns, like ``../shared/data/*.tsv``); encode them
+once with the frozen encoder; train the head; save it; report greedy CTC CER/WER on ``--eval`` manifests.
+``python -m simulst.cli.ctc ...`` works too.
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="where to write the head (.safetensors)")
     p.add_argument("--manifest", nargs="*", default=[], help="training TSVs with 'audio' and 'transcript' columns")
     p.add_argument("--synthesize", type=int, default=0, metavar="N",
-                   help="synthesise N training utterances with espeak-ng/flite from the first N sentences of "
-                        "--sentences")
+                   help="synthesise N training utterances with espeak-ng (and flite, where installed) from the first N "
+                        "sentences of --sentences")
     p.add_argument("--sentences", default=None, metavar="FILE",
                    help="sentence list for --synthesize, one per line (.gz ok); default: the shipped English list "
                         "(5000 sentences harvested offline; python -m simulst.ctc.text makes one)")
     p.add_argument("--work-dir", default="ctc-work", help="synthetic corpus and encoder-frame cache (reused)")
     p.add_argument("--eval", nargs="*", default=[], help="manifests to report greedy CTC CER/WER on")
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=4, help="passes over the training windows (default 4)")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many updates")
     p.add_argument("--hidden", type=int, default=192, help="head width H (default 192)")
     p.add_argument("--layers", type=int, default=2, help="residual convolution blocks (default 2)")
@@ -61,10 +63,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     p.add_argument("--audio-window-share", type=float, default=0.2,
                    help="share of windows also encoded with the 'audio' window (default 0.2)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthesis (voices, augmentation), the windows' packing and the training "
+                        "(default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--workers", type=int, default=2, help="parallel synthesis processes")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu",
+                   help="torch device of the frozen encoder (cpu, cuda, ...); the head trains on the CPU "
+                        "(default cpu)")
 
 
 def register(subparsers: Any) -> None:

@@ -18,12 +18,19 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
-from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
+from simulst.cli.options import (
+    add_stream_arguments,
+    given_options,
+    latency_preset,
+    model_options_from_args,
+    stream_options_from_args,
+)
+from simulst.config import SearchOptions
 from simulst.errors import OptionError
 from simulst.evaluation.cluster import ClusterOptions, ClusterRun, run_on_cluster
 from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
@@ -243,6 +250,17 @@ def _scoring_from_args(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def search_beams(args: argparse.Namespace, searches: Sequence[str]) -> dict[str, int]:
+    """The beam of each search a sweep's ``--searches`` names: what ``--search NAME`` would give it under the
+    ``--latency`` preset (``--beam`` when given; the preset's beam with the preset's own search only; else the
+    option default), so that ``--latency low --searches greedy beam`` is not a beam search of 1."""
+    given = given_options(args)
+    chosen = latency_preset(args)
+    default = SearchOptions().beam
+    return {name: given.get("beam", chosen.settings_under({**given, "search": name}).get("beam", default))
+            for name in searches}
+
+
 def eval_options_from_args(args: argparse.Namespace, resume: bool = True) -> EvalOptions:
     """:class:`EvalOptions` from the parsed ``eval`` / ``sweep`` arguments."""
     return EvalOptions(**_scoring_from_args(args), resume=resume,
@@ -363,7 +381,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     items = items_from_args(args)
     base = stream_options_from_args(args)
     points = build_grid(base, args.policies or [args.policy], args.chunks or [], args.searches or [],
-                        parse_grid(args.grid))
+                        parse_grid(args.grid), search_beams(args, args.searches or []))
     eval_options = eval_options_from_args(args)
     cluster = cluster_from_args(args, args.jobs)
     if args.jobs > 1 and args.to:

@@ -12,7 +12,7 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 
-from simulst.audio.io import is_silent, load_audio
+from simulst.audio.io import AudioReader
 from simulst.cli import ctc as ctc_commands
 from simulst.cli import evaluation as evaluation_commands
 from simulst.cli import live as live_commands
@@ -20,6 +20,7 @@ from simulst.cli import serve as serve_commands
 from simulst.cli.cascade import add_cascade_arguments, run_cascade
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
+from simulst.cli.reading import open_audio
 from simulst.config import POLICIES, SEARCHES
 from simulst.errors import SimulstError
 from simulst.streaming.engine import SpeechEngine
@@ -94,18 +95,19 @@ def run_translate(args: argparse.Namespace) -> int:
 def run_stream(args: argparse.Namespace) -> int:
     """The transcribe subcommand (and translate without ``--to``)."""
     options = stream_options_from_args(args)
-    audio = load_audio(args.audio)
+    reader = open_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     model = model_from_args(args, task=args.task)
-    if model.sample_rate != 16000:
-        audio = load_audio(args.audio, model.sample_rate)
+    if model.sample_rate != reader.sample_rate:
+        reader.close()
+        reader = AudioReader(args.audio, model.sample_rate)
     session = SpeechEngine(model).open(options, catch_up=args.realtime)
     wall_start = time.perf_counter()
     feed = feed_realtime if args.realtime else feed_fast
-    source_s = audio.shape[0] / model.sample_rate
-    with output.streaming(end_ms=source_s * 1000.0):
-        feed(session, audio, output.emit)
+    with reader, output.streaming(end_ms=lambda: reader.duration_s * 1000.0):
+        feed(session, reader, output.emit)
     wall_s = time.perf_counter() - wall_start
+    source_s = reader.duration_s
     costs = session.costs
     rtf = costs.compute_s / source_s if source_s else 0.0
     if output.json:
@@ -118,7 +120,7 @@ def run_stream(args: argparse.Namespace) -> int:
             f"real-time factor {rtf:.3f}, {len(session.emissions)} emissions, {costs.decoder_calls} decoder passes",
             file=output.summary, flush=True,
         )
-    if is_silent(audio):
+    if reader.silent():
         print("simulst: the audio is silent: nothing to transcribe", file=sys.stderr)
         return 1
     return 0

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from simulst.config import POLICIES, Flag, ModelOptions, Nested, PolicyOptions, StreamOptions
 from simulst.config.fields import CTC, FLAG, LONG_FORM, MODEL, NESTED, ONLINE
-from simulst.config.presets import DEFAULT_LATENCY, LATENCIES, preset
+from simulst.config.presets import DEFAULT_LATENCY, LATENCIES, Preset, preset
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
 from simulst.models.loading import load_model
@@ -147,21 +147,25 @@ def stream_options_from_args(args: argparse.Namespace, task: str | None = None) 
 
 def apply_latency_preset(args: argparse.Namespace, task: str | None = None) -> None:
     """Set the arguments of the ``--latency`` preset of ``task`` (None: the arguments' ``task``, else
-    ``transcribe``) that were not given on the command line; the ones given win. The segment and the buffer bound
+    ``transcribe``) that were not given on the command line; the ones given win (:meth:`Preset.settings_under
+    <simulst.config.presets.Preset.settings_under>`, the Python API's rule too). The segment and the buffer bound
     each other (``--segment-s`` <= ``--max-buffer-s``): where only one is given, the other yields to it. A preset's
     beam goes with its search: ``--search`` naming another search without ``--beam`` keeps the option default beam
     (``--latency low --search beam`` is not a beam of 1)."""
-    given = vars(args).get(GIVEN) or set()
-    chosen = preset(task or vars(args).get("task") or "transcribe", args.latency).for_model(
-        vars(args).get("model"), "ctc_head" in given)
-    other_search = "search" in given and args.search != chosen.settings.get("search")
-    for name, value in chosen.settings.items():
-        if name not in given and not (name == "beam" and other_search):
-            setattr(args, name, value)
-    if "segment_s" in given and "max_buffer_s" not in given:
-        args.max_buffer_s = max(args.max_buffer_s, args.segment_s)
-    if "max_buffer_s" in given and "segment_s" not in given:
-        args.segment_s = min(args.segment_s, args.max_buffer_s)
+    for name, value in latency_preset(args, task).settings_under(given_options(args)).items():
+        setattr(args, name, value)
+
+
+def latency_preset(args: argparse.Namespace, task: str | None = None) -> Preset:
+    """The ``--latency`` preset of ``task`` (None: the arguments' ``task``, else ``transcribe``) as it applies to
+    the arguments' model and CTC head (:meth:`Preset.for_model <simulst.config.presets.Preset.for_model>`)."""
+    return preset(task or vars(args).get("task") or "transcribe", args.latency).for_model(
+        vars(args).get("model"), "ctc_head" in given_options(args))
+
+
+def given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options given on the command line, by dest, with their values."""
+    return {name: vars(args)[name] for name in vars(args).get(GIVEN) or ()}
 
 
 def ctc_head_from_args(args: argparse.Namespace) -> str | None:

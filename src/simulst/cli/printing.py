@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -195,15 +195,16 @@ class StreamOutput:
             self._sink.flush()
 
     @contextmanager
-    def streaming(self, end_ms: float) -> Iterator[None]:
-        """Around the feeding of a stream: then write the last captions, the last ending at ``end_ms`` (the end of
-        the audio); should the stream fail or be interrupted, what was committed is still written."""
+    def streaming(self, end_ms: Callable[[], float]) -> Iterator[None]:
+        """Around the feeding of a stream: then write the last captions, the last ending at ``end_ms()`` (the end of
+        the audio, known once it is read); should the stream fail or be interrupted, what was committed is still
+        written."""
         try:
             yield
         except BaseException:
             self.close(None)
             raise
-        self.close(end_ms)
+        self.close(end_ms())
 
     def close(self, end_ms: float | None) -> None:
         """Write the remaining captions and close the output file (if any)."""

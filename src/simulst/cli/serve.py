@@ -35,8 +35,8 @@ CLUSTER_FLAGS = ("--ray-address", "--replicas", "--autoscale", "--replica-cpus")
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``serve``."""
     text = ("serve live transcription / translation: a web page with microphone capture, a websocket stream "
-            "API at /ws (many concurrent streams, decoded in batches), OpenAI-compatible file endpoints and "
-            "Prometheus metrics at /metrics")
+            "API at /ws (many concurrent streams: decoded in batches on a GPU, one stream per core on a CPU; "
+            "--batching), OpenAI-compatible file endpoints and Prometheus metrics at /metrics")
     p = sub.add_parser("serve", help=text, description=text)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -53,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="without batching, the most streams decoded at once, each on one core (1: one at a time on "
                         "all the torch threads; default 0: as many as torch has threads, the cores)")
     p.add_argument("--mt", default="apertium", help="MT back-end for cascade streams (\"to\"): apertium (default)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="the least severe messages uvicorn and simulst log on stderr (the JSON access lines are "
+                        "always written; default info)")
     access = p.add_argument_group("access, limits and operation")
     access.add_argument("--token", default=os.environ.get("SIMULST_TOKEN"),
                         help="a shared secret clients must present, as an 'Authorization: Bearer TOKEN' header or "

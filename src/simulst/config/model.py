@@ -30,7 +30,8 @@ class ModelOptions:
         window_pad_ms: silence appended to the audio window.
         window_min_ms: the shortest audio window (padded with silence up to it): Whisper, trained on 30 s
             windows, hallucinates at the end of short ones ("however, however, however"); the minimum trades
-            encoder compute for streaming WER (``bench/results/performance.md``, the ``window-min`` rows).
+            encoder compute for streaming WER (``bench/results/performance.md``, the ``window-min`` rows). At most
+            the model's window (Whisper's 30 s; the loaded model refuses longer).
         precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
         encoder_precision: ``fp32`` or ``int8`` (the encoder's linear layers quantised: dynamic, per output
             channel; the convolutions and attention stay in float32).
@@ -59,7 +60,7 @@ class ModelOptions:
         "--window-pad-ms", "silence appended to the audio window", group=MODEL, metavar="MS"))
     window_min_ms: float = field(default=10000.0, metadata=flag(
         "--window-min-ms", "the shortest audio window, padded with silence up to it (Whisper hallucinates at the "
-        "end of short windows; bench/results/performance.md)", group=MODEL, metavar="MS"))
+        "end of short windows; bench/results/performance.md; at most the model's 30 s)", group=MODEL, metavar="MS"))
     precision: str = field(default="fp32", metadata=flag(
         "--precision", "int8: the decoder's weights quantised, faster on a CPU", group=MODEL, choices=PRECISIONS))
     encoder_precision: str = field(default="fp32", metadata=flag(

@@ -19,9 +19,10 @@ class PolicyOptions:
     """Which stable-hypothesis policy commits output (2022 paper §3.3).
 
     Attributes:
-        name: a registered policy (``simulst --list-policies``): ``offline`` (decode once at the end), ``la``
-            (LA-n), ``hold`` (hold-n), ``sp`` (SP-n), ``wait`` (wait-k over chunks; over source words in a
-            cascade's MT stage), ``ctc`` (:class:`CtcPolicyOptions`), ``alignatt`` (:class:`AlignAttPolicyOptions`).
+        name: a registered policy (``simulst --list-policies``): ``offline`` (no chunk decoded: the audio is
+            decoded whole at the source's end, a full window or a VAD pause), ``la`` (LA-n), ``hold`` (hold-n),
+            ``sp`` (SP-n), ``wait`` (wait-k over chunks; over source words in a cascade's MT stage), ``ctc``
+            (:class:`CtcPolicyOptions`), ``alignatt`` (:class:`AlignAttPolicyOptions`).
         n: the policy's n (k for wait-k).
     """
 

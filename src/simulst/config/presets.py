@@ -71,9 +71,25 @@ class Preset:
             return self
         return Preset(self.task, self.latency, self.summary, self.without_ctc_head)
 
-    def model_settings(self) -> dict[str, Any]:
-        """The settings that are :class:`ModelOptions` fields."""
-        return {k: v for k, v in self.settings.items() if k in _MODEL_FIELDS}
+    def settings_under(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings in force under the options ``given`` explicitly (their values keyed as :attr:`settings`
+        are): a given option wins over the preset's; a preset's beam goes with its search (a given ``search`` other
+        than the preset's drops the preset's ``beam``: ``--latency low --search beam`` is not a beam of 1); the
+        segment and the buffer bound each other (``segment_s`` <= ``max_buffer_s``): where only one is given, the
+        other (the preset's, else the option default) yields to it."""
+        out = {k: v for k, v in self.settings.items() if k not in given}
+        if "search" in given and given["search"] != self.settings.get("search"):
+            out.pop("beam", None)
+        defaults = StreamOptions()
+        if "segment_s" in given and "max_buffer_s" not in given:
+            out["max_buffer_s"] = max(out.get("max_buffer_s", defaults.max_buffer_s), given["segment_s"])
+        if "max_buffer_s" in given and "segment_s" not in given:
+            out["segment_s"] = min(out.get("segment_s", defaults.segment_s), given["max_buffer_s"])
+        return out
+
+    def model_settings(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The settings that are :class:`ModelOptions` fields (under the options ``given``: :meth:`settings_under`)."""
+        return {k: v for k, v in self.settings_under(given or {}).items() if k in _MODEL_FIELDS}
 
     def flags(self) -> str:
         """The settings as the command-line flags that give them (``--chunk-ms 1000 --vad``); empty: none."""
@@ -87,13 +103,16 @@ class Preset:
                 parts.append(f"{option} {shown}")
         return " ".join(parts)
 
-    def stream_settings(self, search: SearchOptions | None = None) -> dict[str, Any]:
+    def stream_settings(self, search: SearchOptions | None = None,
+                        given: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The settings that are :class:`StreamOptions` fields (``policy`` parsed; the search's settings applied
-        over ``search``, None: the default search, as ``search``)."""
-        out = {k: v for k, v in self.settings.items() if k in _STREAM_FIELDS and k not in _SEARCH_FIELDS}
+        over ``search``, None: the default search, as ``search``), under the options ``given``
+        (:meth:`settings_under`)."""
+        settings = self.settings_under(given or {})
+        out = {k: v for k, v in settings.items() if k in _STREAM_FIELDS and k not in _SEARCH_FIELDS}
         if isinstance(out.get("policy"), str):
             out["policy"] = PolicyOptions.parse(out["policy"])
-        searched = {_SEARCH_FIELDS[k]: v for k, v in self.settings.items() if k in _SEARCH_FIELDS}
+        searched = {_SEARCH_FIELDS[k]: v for k, v in settings.items() if k in _SEARCH_FIELDS}
         if searched:
             out["search"] = dataclasses.replace(search or SearchOptions(), **searched)
         return out
@@ -190,11 +209,32 @@ def preset(task: str, latency: str = DEFAULT_LATENCY) -> Preset:
 
 def preset_options(task: str, latency: str = DEFAULT_LATENCY, model: ModelOptions | None = None,
                    stream: StreamOptions | None = None) -> tuple[ModelOptions, StreamOptions]:
-    """``model`` and ``stream`` options (defaults when None) with the preset's settings applied over them, for
-    ``task`` (the model options' task set to it; :meth:`Preset.for_model` of the model options' name and head)."""
+    """``model`` and ``stream`` options (defaults when None) with the preset's settings applied under them, for
+    ``task`` (the model options' task set to it; :meth:`Preset.for_model` of the model options' name and head).
+
+    As on the command line, the caller's options win over the preset: a field of ``model`` or ``stream`` (or of
+    its search) whose value differs from the field's default counts as given explicitly and is kept
+    (``stream=StreamOptions(chunk_ms=1000)`` keeps 1000 ms chunks; a value equal to the default cannot be told from
+    none and gets the preset's). The rest follows :meth:`Preset.settings_under`: a preset's beam goes with its
+    search, and a given segment or buffer bounds the preset's other.
+    """
     model = model or ModelOptions()
-    chosen = preset(task, latency).for_model(model.name, model.ctc_head is not None)
-    model = dataclasses.replace(model, task=task, **chosen.model_settings())
     stream = stream or StreamOptions()
-    stream = dataclasses.replace(stream, **chosen.stream_settings(stream.search))
+    given = {**_explicit(model), **_explicit(stream, _STREAM_KEYS), **_explicit(stream.search, _SEARCH_KEYS)}
+    chosen = preset(task, latency).for_model(model.name, model.ctc_head is not None)
+    model = dataclasses.replace(model, task=task, **chosen.model_settings(given))
+    stream = dataclasses.replace(stream, **chosen.stream_settings(stream.search, given))
     return model, stream
+
+
+# the preset keys of the options' fields (the search's by their flags' names; the nested search is not one)
+_STREAM_KEYS = {name: name for name in _STREAM_FIELDS if name != "search"}
+_SEARCH_KEYS = {field_name: key for key, field_name in _SEARCH_FIELDS.items()}
+
+
+def _explicit(options: Any, keys: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The fields of the options object ``options`` whose values differ from their defaults, by preset key
+    (``keys``: field name -> key, the fields it does not name left out; None: every field by its name)."""
+    defaults = type(options)()
+    return {(keys or {}).get(f.name, f.name): getattr(options, f.name) for f in dataclasses.fields(options)
+            if (keys is None or f.name in keys) and getattr(options, f.name) != getattr(defaults, f.name)}

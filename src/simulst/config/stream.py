@@ -61,8 +61,9 @@ class StreamOptions:
             behind that text (not committed when the low-confidence guard finds it unsure: counted as
             ``unsure_buffer_drops``; when the text starts more than 3 s into the buffer, the audio before it is
             decoded alone and committed first: ``skipped_starts``).
-            At most the model's window; the offline policy (which commits only at the end) always uses the whole
-            window, so a source that fits it is decoded at once.
+            At most the model's window (Whisper's 30 s; a stream refuses a longer buffer or segment:
+            :func:`simulst.streaming.session.check_window`); the offline policy (which decodes no chunk) always
+            uses the whole window, so a source that fits it is decoded at once.
         context_tokens: how many committed tokens before the buffer go into the previous-text prompt (0: none).
         context_scope: which of them: ``all`` (the last ``context_tokens`` committed before the buffer, as
             openai/whisper conditions on previous text) or ``sentence`` (only those of the sentence the buffer
@@ -115,8 +116,8 @@ class StreamOptions:
         "--segment-s", "trim the audio buffer behind the last committed sentence once it is longer than S seconds",
         group=LONG_FORM, metavar="S"))
     max_buffer_s: float = field(default=8.0, metadata=flag(
-        "--max-buffer-s", "the audio buffer is never longer than S seconds (at most the model's window)",
-        group=LONG_FORM, metavar="S"))
+        "--max-buffer-s", "the audio buffer is never longer than S seconds (at most the model's window, "
+        "Whisper's 30 s)", group=LONG_FORM, metavar="S"))
     context_tokens: int = field(default=100, metadata=flag(
         "--context-tokens", "committed tokens before the buffer carried as the decoder's previous-text prompt "
         "(0: none)", group=LONG_FORM, metavar="N"))

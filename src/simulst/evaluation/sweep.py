@@ -134,6 +134,7 @@ def build_grid(
     chunk_ms: Sequence[float] = (),
     searches: Sequence[str] = (),
     grid: Mapping[str, Sequence[str]] | None = None,
+    beams: Mapping[str, int] | None = None,
 ) -> list[SweepPoint]:
     """The configurations of a sweep: every combination, the offline policy once per search/grid value.
 
@@ -142,7 +143,8 @@ def build_grid(
         policies: policy names (``la-2``, ``hold-6``, ``sp-2``, ``offline``, ...).
         chunk_ms: chunk sizes (empty: the base chunk size only).
         searches: search names (empty: the base search only).
-        grid: other axes, dotted option names to values.
+        grid: other axes, dotted option names to values (a ``search.beam`` axis wins over ``beams``).
+        beams: the beam size of each search of ``searches`` (a search it does not name: the base's beam).
     """
     if not policies:
         raise OptionError("a sweep needs at least one policy")
@@ -160,6 +162,8 @@ def build_grid(
                 for chunk in chunks if parsed.name != "offline" else [base.chunk_ms]:
                     opts = dataclasses.replace(base, policy=parsed, chunk_ms=float(chunk))
                     opts = apply_override(opts, "search.name", search)
+                    if beams and search in beams:
+                        opts = dataclasses.replace(opts, search=dataclasses.replace(opts.search, beam=beams[search]))
                     for key, value in overrides.items():
                         opts = apply_override(opts, key, value)
                     parts = [str(parsed)]

@@ -97,7 +97,8 @@ class WhisperModel:
             misses the end of short audio and loops), the precision (``int8``: the decoder's weights quantised,
             dynamic and per channel, which makes a CPU decoder step markedly faster - it is memory-bound; the
             encoder stays fp32), the vocabulary screening (fp32 on the CPU:
-            :meth:`WhisperNet.screen_vocabulary`) and the torch device.
+            :meth:`WhisperNet.screen_vocabulary`) and the torch device. A ``window_min_ms`` longer than the model's
+            window (Whisper's 30 s) raises ``OptionError``.
 
     Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
     ``load_model(..., ctc_head=...)``); ``encode`` then fills ``Encoded.ctc_log_probs`` for the frames of the audio.
@@ -151,6 +152,9 @@ class WhisperModel:
             self._alignment_by_layer.setdefault(layer, []).append(head)
         self.frame_samples = 2 * HOP_LENGTH  # audio samples per encoder frame (20 ms)
         self.max_source_samples = self.dims.max_source_positions * self.frame_samples
+        if self.window_min_samples > self.max_source_samples:
+            raise OptionError(f"the shortest audio window (--window-min-ms {options.window_min_ms:g}) is longer than "
+                              f"the model's window: at most {self.max_source_samples * 1000 // SAMPLE_RATE} ms")
         self.max_length = self.dims.max_target_positions // 2
         self._suppress, self._begin_suppress = self._suppressed(config)
 

@@ -119,6 +119,8 @@ class ApertiumMT(MTBackend):
         ModelLoadError: when ``apertium`` is not installed or the pair is not.
     """
 
+    searches = False  # (one translation per call: no beam, no search to choose)
+
     def __init__(self, pair: str = "eng-spa", executable: str = "apertium", persistent: bool = True) -> None:
         pairs = installed_pairs(executable)
         if pair not in pairs:

@@ -47,6 +47,7 @@ class MTBackend(ABC):
     """A translator of source text into target tokens, driven by :class:`~simulst.streaming.mt_stage.MTStage`."""
 
     name: str = "mt"
+    searches: bool = True  # False: a black box that takes no search options (``MTOptions.search``: Apertium)
 
     @property
     @abstractmethod

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulst.config import PolicyOptions, SearchOptions, flag, nested, text_policies
+from simulst.config import POLICIES, PolicyOptions, SearchOptions, flag, nested, text_policies
 from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
+
+
+def parse_mt_policy(spec: str) -> PolicyOptions:
+    """:meth:`PolicyOptions.parse` for the MT stage: an unknown policy's error lists only the policies the MT stage
+    takes (:func:`~simulst.config.text_policies`).
+
+    Raises:
+        OptionError: an unknown policy, or an invalid n.
+    """
+    text = spec.strip().lower()
+    if not any(entry.pattern.fullmatch(text) for entry in POLICIES.entries()):
+        raise OptionError(f"unknown MT policy {spec!r}; choose one of {text_policies()}")
+    return PolicyOptions.parse(spec)
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ class MTOptions:
 
     policy: PolicyOptions = field(default_factory=PolicyOptions, metadata=flag(
         "--mt-policy", "the MT stage's policy on the committed source: {choices} (wait-N counts source words)",
-        group=CASCADE, metavar="POLICY", listing=text_policies, build=PolicyOptions.parse))
+        group=CASCADE, metavar="POLICY", listing=text_policies, build=parse_mt_policy))
     search: SearchOptions = field(default_factory=SearchOptions,
                                   metadata=nested("mt-", only=("name", "beam"), group=CASCADE))
     max_len_a: float = 2.0

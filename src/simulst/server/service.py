@@ -25,7 +25,7 @@ from simulst.server.protocol import Limits, StartRequest
 from simulst.streaming.batching import Batcher, Runner, ThreadRunner
 from simulst.streaming.cascade import CascadeSession, cascade_source
 from simulst.streaming.engine import Stream
-from simulst.streaming.session import Session
+from simulst.streaming.session import Session, check_window
 from simulst.tts.base import SpeechSynthesizer
 from simulst.tts.espeak import EspeakSynthesizer
 
@@ -91,9 +91,15 @@ class Service:
     Args:
         model: the loaded speech model (shared by every stream).
         config: the server's configuration.
+
+    Raises:
+        OptionError: the configured streams' segment or buffer is longer than the model's window (checked at
+            start, not at every stream).
     """
 
     def __init__(self, model: SpeechModel, config: ServerConfig) -> None:
+        for options in (config.options, config.translate_options or config.options):
+            check_window(options, model)
         self.model = model
         self.config = config
         self.runner: Runner

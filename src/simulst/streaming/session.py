@@ -27,7 +27,7 @@ import numpy as np
 
 from simulst.audio.io import check_audio
 from simulst.config import StreamOptions
-from simulst.errors import AudioError
+from simulst.errors import AudioError, OptionError
 from simulst.models.base import SpeechModel, TaskedModel
 from simulst.policies import Policy, PolicyContext, PolicyState, make_policy
 from simulst.search import make_final_searcher, make_searcher
@@ -53,6 +53,20 @@ class StreamState:
     finished: bool = False
 
 
+def check_window(options: StreamOptions, model: SpeechModel) -> None:
+    """Check that the stream's segment and buffer fit the model's window (Whisper: 30 s), the most audio it reads.
+
+    Raises:
+        OptionError: ``segment_s`` or ``max_buffer_s`` is longer; the message names the window.
+    """
+    window_s = model.max_source_samples / model.sample_rate
+    for name, flag, value in (("segment", "--segment-s", options.segment_s),
+                              ("maximum buffer", "--max-buffer-s", options.max_buffer_s)):
+        if round(value * model.sample_rate) > model.max_source_samples:
+            raise OptionError(f"the {name} ({flag} {value:g}) is longer than the model's window: at most "
+                              f"{window_s:g} s")
+
+
 class Session(OutputView):
     """One stream through a shared model: ``push(audio) -> emissions``, then ``finish()``.
 
@@ -65,6 +79,9 @@ class Session(OutputView):
             (:func:`~simulst.streaming.prompt.initial_prompt`; None: none). Raises ``OptionError`` for a model
             that takes no previous text.
 
+    Raises ``OptionError`` when the options' segment or buffer is longer than the model's window
+    (:func:`check_window`).
+
     Streams of any length: the model sees a bounded :class:`~simulst.streaming.buffer.AudioBuffer`, trimmed behind
     committed text; the committed tokens before it become the previous-text prompt.
     """
@@ -75,6 +92,7 @@ class Session(OutputView):
                  prompt: str | None = None) -> None:
         self.model = model
         self.options = options = options or StreamOptions()
+        check_window(options, model)
         self.catch_up = catch_up
         self.policy: Policy = make_policy(options.policy, options.chunk_ms)
         self.context = PolicyContext(model.tokenizer)
