@@ -138,11 +138,15 @@ class AudioReader:
         return block
 
     def _open(self, path: Path, block_s: float) -> Generator[np.ndarray, None, None]:
-        """The non-empty blocks: libsndfile's when it opens the file, else FFmpeg's (its first block decoded here,
-        so that a file neither reads is refused on opening, naming both reasons)."""
+        """The non-empty blocks: libsndfile's when it opens the file and reads its first block, else FFmpeg's (the
+        first block read here either way, so that a file neither reads is refused on opening, naming both
+        reasons)."""
         try:
             sound = sf.SoundFile(str(path))
-        except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as sndfile_error:
+            warnings = _truncation(sound, self.what)
+            blocks = self._sndfile_blocks(sound, max(1, int(block_s * sound.samplerate)))
+            first = next(blocks, None)
+        except (sf.LibsndfileError, RuntimeError, ValueError, TypeError, AudioError) as sndfile_error:
             from simulst.audio.container import decode_blocks
 
             blocks = decode_blocks(path, self.sample_rate, self.what)
@@ -154,8 +158,8 @@ class AudioReader:
                 raise AudioError(f"cannot read {self.what}: it is not audio that libsndfile ({reason}) or FFmpeg "
                                  f"({ffmpeg_reason}) decodes") from err
             return _then(first, blocks)
-        self.warnings += _truncation(sound, self.what)
-        return self._sndfile_blocks(sound, max(1, int(block_s * sound.samplerate)))
+        self.warnings += warnings
+        return _then(first, blocks)
 
     def _sndfile_blocks(self, sound: sf.SoundFile, frames: int) -> Generator[np.ndarray, None, None]:
         rate = int(sound.samplerate)
