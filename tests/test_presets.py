@@ -266,3 +266,18 @@ def test_a_sweeps_searches_take_a_presets_beam_with_its_search_only() -> None:
     grid = build_grid(stream_options_from_args(args), ["la-2"], searches=args.searches, grid={"search.beam": ["4"]},
                       beams=search_beams(args, args.searches))
     assert [p.options.search.beam for p in grid] == [4]  # (a beam axis wins)
+
+
+@pytest.mark.parametrize("task", ["transcribe", "translate"])
+def test_help_says_what_each_preset_sets_an_option_to(task: str) -> None:
+    # --help shows an option's own default (--chunk-ms 600), which the preset in force replaces: each option a
+    # preset of the task sets says each preset's value, from the presets themselves
+    subcommand = build_parser()._subparsers._group_actions[0].choices[task]  # type: ignore[union-attr]
+    helps = {a.dest: " ".join((a.help or "").split()) for a in subcommand._actions}
+    chunks = ", ".join(f"{latency} {preset(task, latency).settings['chunk_ms']:g}" for latency in LATENCIES)
+    assert helps["chunk_ms"].endswith(f"(default: 600); --latency sets it: {chunks}")
+    assert helps["policy"].endswith("--latency sets it: " + ", ".join(
+        f"{latency} {preset(task, latency).settings['policy']}" for latency in LATENCIES))
+    set_by_some = {name for latency in LATENCIES for name in preset(task, latency).settings}
+    assert {dest for dest, text in helps.items() if "--latency sets it" in text} == set_by_some
+    assert "presets set it to" in helps["latency"]

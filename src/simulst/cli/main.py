@@ -18,7 +18,12 @@ from simulst.cli import evaluation as evaluation_commands
 from simulst.cli import live as live_commands
 from simulst.cli import serve as serve_commands
 from simulst.cli.cascade import add_cascade_arguments, run_cascade
-from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
+from simulst.cli.options import (
+    add_stream_arguments,
+    model_from_args,
+    show_preset_values,
+    stream_options_from_args,
+)
 from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
 from simulst.cli.reading import open_audio
 from simulst.config import POLICIES, SEARCHES
@@ -74,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("audio", help="audio file (wav, flac, ogg; any sample rate and channel count)")
         add_stream_arguments(p)
+        show_preset_values(p, task)
         if name == "translate":
             add_cascade_arguments(p)
         p.add_argument("--realtime", action="store_true",

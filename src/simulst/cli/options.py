@@ -138,6 +138,20 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(policies=None)
 
 
+def show_preset_values(parser: argparse.ArgumentParser, task: str) -> None:
+    """Append to the help of every option that a ``task`` preset sets the value each ``--latency`` gives it:
+    ``--help`` shows an option's own default, which the preset in force replaces unless the option is given."""
+    settings = {latency: preset(task, latency).settings for latency in LATENCIES}
+    for action in parser._actions:
+        if action.dest == "latency" and action.help:
+            scope = ("with --to LANG, the transcribe presets apply" if task == "translate"
+                     else "low's with Whisper tiny.en and its CTC head")
+            action.help += f"; each option's help says what the {task} presets set it to ({scope})"
+        values = {latency: s[action.dest] for latency, s in settings.items() if action.dest in s}
+        if values and action.help:
+            action.help += "; --latency sets it: " + ", ".join(f"{k} {_shown(v)}" for k, v in values.items())
+
+
 def stream_options_from_args(args: argparse.Namespace, task: str | None = None) -> StreamOptions:
     """Build (and validate) :class:`StreamOptions` from parsed arguments, under the ``--latency`` preset of
     ``task`` (None: the arguments' ``task``, else ``transcribe``); raises ``OptionError``."""
