@@ -156,7 +156,9 @@ class StreamOptions:
         if self.initial_wait_ms < 0:
             raise OptionError(f"initial wait must be >= 0 ms, got {self.initial_wait_ms}")
         if not 0 < self.segment_s <= self.max_buffer_s:
-            raise OptionError(f"need 0 < segment ({self.segment_s} s) <= maximum buffer ({self.max_buffer_s} s)")
+            raise OptionError(f"need 0 < segment (--segment-s / segment_s {self.segment_s:g} s) <= maximum buffer "
+                              f"(--max-buffer-s / max_buffer_s {self.max_buffer_s:g} s): give a buffer at least as "
+                              "long as the segment")
         if not isinstance(self.context_tokens, int) or self.context_tokens < 0:
             raise OptionError(f"previous-text context must be >= 0 tokens, got {self.context_tokens!r}")
         if self.context_scope not in CONTEXT_SCOPES:
