@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "or with --to LANG through a cascade ASR -> MT (-> speech with --speak)"),
     ):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("audio", help="audio file (wav, flac, ogg; any sample rate and channel count)")
+        p.add_argument("audio", help="audio file in any format libsndfile or FFmpeg reads (wav, flac, ogg, mp3, m4a, "
+                                      "webm, ...; any sample rate and channel count), read a block at a time")
         add_stream_arguments(p)
         show_preset_values(p, task)
         if name == "translate":
