@@ -59,11 +59,7 @@ def load_audio(path: str | Path, sample_rate: int = 16000) -> np.ndarray:
     Raises:
         AudioError: the file is missing, not audio, unreadable, empty, or holds NaN/Inf samples.
     """
-    path = Path(path)
-    if not path.exists():
-        raise AudioError(f"audio file not found: {path}")
-    if not path.is_file():
-        raise AudioError(f"not a file: {path}")
+    path = _audio_file(path)
     with path.open("rb") as file:
         return _decode(file, sample_rate, str(path))
 
@@ -88,11 +84,7 @@ class AudioReader:
     """
 
     def __init__(self, path: str | Path, sample_rate: int = 16000, block_s: float = 10.0) -> None:
-        path = Path(path)
-        if not path.exists():
-            raise AudioError(f"audio file not found: {path}")
-        if not path.is_file():
-            raise AudioError(f"not a file: {path}")
+        path = _audio_file(path)
         self.what = str(path)
         self.sample_rate = sample_rate
         self.samples = 0
@@ -153,10 +145,7 @@ class AudioReader:
             try:
                 first = next((block for block in blocks if block.size), None)
             except AudioError as err:
-                reason = str(getattr(sndfile_error, "error_string", None) or sndfile_error).rstrip(".")
-                ffmpeg_reason = getattr(err.__cause__, "strerror", None) or err
-                raise AudioError(f"cannot read {self.what}: it is not audio that libsndfile ({reason}) or FFmpeg "
-                                 f"({ffmpeg_reason}) decodes") from err
+                raise _unreadable(self.what, sndfile_error, err) from err
             return _then(first, blocks)
         self.warnings += warnings
         return _then(first, blocks)
@@ -182,6 +171,24 @@ class AudioReader:
                     yield mono
                 if last:
                     return
+
+
+def _audio_file(path: str | Path) -> Path:
+    """``path``, checked to be a file (:class:`AudioError`: missing, or not a file)."""
+    path = Path(path)
+    if not path.exists():
+        raise AudioError(f"audio file not found: {path}")
+    if not path.is_file():
+        raise AudioError(f"not a file: {path}")
+    return path
+
+
+def _unreadable(what: str, sndfile_error: Exception, ffmpeg_error: AudioError) -> AudioError:
+    """The error for audio that neither libsndfile nor FFmpeg decodes, with both reasons."""
+    reason = str(getattr(sndfile_error, "error_string", None) or sndfile_error).rstrip(".")
+    ffmpeg_reason = getattr(ffmpeg_error.__cause__, "strerror", None) or ffmpeg_error
+    return AudioError(f"cannot read {what}: it is not audio that libsndfile ({reason}) or FFmpeg ({ffmpeg_reason}) "
+                      "decodes")
 
 
 def _then(first: np.ndarray | None, rest: Generator[np.ndarray, None, None]) -> Generator[np.ndarray, None, None]:
@@ -239,10 +246,7 @@ def _decode(file: BinaryIO, sample_rate: int, what: str, max_s: float | None = N
         except AudioTooLong:
             raise
         except AudioError as err:
-            reason = str(getattr(sndfile_error, "error_string", None) or sndfile_error).rstrip(".")
-            ffmpeg_reason = getattr(err.__cause__, "strerror", None) or err
-            raise AudioError(f"cannot read {what}: it is not audio that libsndfile ({reason}) or FFmpeg "
-                             f"({ffmpeg_reason}) decodes") from err
+            raise _unreadable(what, sndfile_error, err) from err
         check_audio(audio, what)
         return audio
     if data.shape[0] == 0:
