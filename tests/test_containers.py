@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import av
 import httpx
 import numpy as np
 import openai
@@ -31,47 +30,13 @@ from simulst.server.protocol import Limits
 from simulst.server.service import ServerConfig, Service
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
+from tests.container_fixtures import CODECS, encode
 from tests.server_fixtures import Running, serving
 from tests.shared_assets import JFK, needs_shared
 
 RATE = 16000
 CLIP_S = 2.8  # "And so my fellow Americans", cut in the pause after it: enough words, little compute
 FAST = Limits(max_speed=1000.0, burst_s=1000.0)
-# (container, codec, the codec's rate): what browsers and phones record
-CODECS = {"webm": ("webm", "libopus", 48000), "ogg": ("ogg", "libopus", 48000), "m4a": ("ipod", "aac", 44100),
-          "mp3": ("mp3", "libmp3lame", 44100)}
-
-
-class _Sink:
-    """A write-only (not seekable) output: the muxer writes a live stream, as a MediaRecorder does."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self.parts.append(bytes(data))
-        return len(data)
-
-
-def encode(audio: np.ndarray, name: str, live: bool = False) -> list[bytes]:
-    """``audio`` (16 kHz mono float) encoded into a container with PyAV; the bytes as the muxer wrote them."""
-    fmt, codec, rate = CODECS[name]
-    sink: _Sink | io.BytesIO = _Sink() if live else io.BytesIO()
-    with av.open(sink, "w", format=fmt, container_options={"live": "1"} if live else {}) as container:
-        stream = container.add_stream(codec, rate=rate)
-        stream.layout = "mono"
-        frame = av.AudioFrame.from_ndarray((np.clip(audio, -1, 1)[None, :] * 32767).astype(np.int16), format="s16",
-                                           layout="mono")
-        frame.sample_rate = RATE
-        resampler = av.AudioResampler(format=stream.codec_context.format, layout="mono", rate=rate)
-        for piece in [*resampler.resample(frame), *resampler.resample(None)]:
-            for packet in stream.encode(piece):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return sink.parts if isinstance(sink, _Sink) else [sink.getvalue()]
-
-
 @pytest.fixture(scope="module")
 def clip() -> np.ndarray:
     return load_audio(JFK)[: int(CLIP_S * RATE)]
