@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
-from simulst.audio.io import AudioReader
 from simulst.cli.options import (
     ArgumentGroups,
     cli_options,
@@ -26,13 +24,12 @@ from simulst.cli.options import (
     stream_options_from_args,
 )
 from simulst.cli.printing import StreamOutput, final_record
-from simulst.cli.reading import open_audio
+from simulst.cli.reading import at_rate, open_audio, stream_file
 from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
 from simulst.mt.loading import load_mt
 from simulst.mt.options import MTOptions
 from simulst.streaming.cascade import CascadeEngine, CascadeSession, cascade_source
-from simulst.streaming.feed import feed_fast, feed_realtime
 from simulst.tts.espeak import EspeakSynthesizer
 from simulst.tts.timeline import SpeechOutput
 from simulst.types import Emission
@@ -96,9 +93,7 @@ def run_cascade(args: argparse.Namespace) -> int:
     reader = open_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     engine = cascade_from_args(args, mt_options)
-    if engine.sample_rate != reader.sample_rate:
-        reader.close()
-        reader = AudioReader(args.audio, engine.sample_rate)
+    reader = at_rate(reader, args.audio, engine.sample_rate)
     cascade = engine.open(options, catch_up=args.realtime)
 
     def emit(emission: Emission, wall_ms: float) -> None:
@@ -106,11 +101,7 @@ def run_cascade(args: argparse.Namespace) -> int:
         if speech is not None:
             speech.add(emission, wall_ms)
 
-    wall_start = time.perf_counter()
-    feed = feed_realtime if args.realtime else feed_fast
-    with reader, output.streaming(end_ms=lambda: reader.duration_s * 1000.0):  # captions of the translated text
-        feed(cascade, reader, emit)
-    wall_s = time.perf_counter() - wall_start
+    wall_s = stream_file(cascade, reader, output, emit, args.realtime)  # captions of the translated text
     source_s = reader.duration_s
     report = _write_speech(speech, args.speak, source_s) if speech is not None else None
     _print_summary(cascade, engine, output, source_s, wall_s, report)

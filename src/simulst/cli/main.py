@@ -9,10 +9,8 @@ import argparse
 import json
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Sequence
 
-from simulst.audio.io import AudioReader
 from simulst.cli import ctc as ctc_commands
 from simulst.cli import evaluation as evaluation_commands
 from simulst.cli import live as live_commands
@@ -25,11 +23,10 @@ from simulst.cli.options import (
     stream_options_from_args,
 )
 from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
-from simulst.cli.reading import open_audio
+from simulst.cli.reading import at_rate, open_audio, stream_file
 from simulst.config import POLICIES, SEARCHES
 from simulst.errors import SimulstError
 from simulst.streaming.engine import SpeechEngine
-from simulst.streaming.feed import feed_fast, feed_realtime
 
 
 class _ListRegistry(argparse.Action):
@@ -105,15 +102,9 @@ def run_stream(args: argparse.Namespace) -> int:
     reader = open_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     model = model_from_args(args, task=args.task)
-    if model.sample_rate != reader.sample_rate:
-        reader.close()
-        reader = AudioReader(args.audio, model.sample_rate)
+    reader = at_rate(reader, args.audio, model.sample_rate)
     session = SpeechEngine(model).open(options, catch_up=args.realtime)
-    wall_start = time.perf_counter()
-    feed = feed_realtime if args.realtime else feed_fast
-    with reader, output.streaming(end_ms=lambda: reader.duration_s * 1000.0):
-        feed(session, reader, output.emit)
-    wall_s = time.perf_counter() - wall_start
+    wall_s = stream_file(session, reader, output, output.emit, args.realtime)
     source_s = reader.duration_s
     costs = session.costs
     rtf = costs.compute_s / source_s if source_s else 0.0
