@@ -11,6 +11,7 @@ WINDOWS = ("full", "audio")
 TASKS = ("transcribe", "translate")
 DEFAULT_MODEL = "whisper-tiny.en"  # the model loaded when none is named (ModelOptions.name None); it ships a CTC head
 PRECISIONS = ("fp32", "int8")
+ENCODER_PRECISIONS = ("fp32", "int8", "bf16", "auto")
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,11 @@ class ModelOptions:
             encoder compute for streaming WER (``bench/results/performance.md``, the ``window-min`` rows). At most
             the model's window (Whisper's 30 s; the loaded model refuses longer).
         precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
-        encoder_precision: ``fp32`` or ``int8`` (the encoder's linear layers quantised: dynamic, per output
-            channel; the convolutions and attention stay in float32).
+        encoder_precision: ``fp32``, ``int8`` (the encoder's linear layers quantised: dynamic, per output
+            channel), ``bf16`` (its linear layers' weights and inputs in bfloat16, their outputs back in float32;
+            the convolutions, layer norms, attention products and residual stream stay in float32) or ``auto``
+            (``bf16`` for an English-only model on a CPU that multiplies in bfloat16 natively, else ``fp32``:
+            :func:`~simulst.models.device.encoder_precision_on`).
         screen_vocabulary: on the CPU with ``fp32``, the vocabulary projection scores every token with an int8 copy
             of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
             <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
@@ -64,8 +68,10 @@ class ModelOptions:
     precision: str = field(default="fp32", metadata=flag(
         "--precision", "int8: the decoder's weights quantised, faster on a CPU", group=MODEL, choices=PRECISIONS))
     encoder_precision: str = field(default="fp32", metadata=flag(
-        "--encoder-precision", "int8: the encoder's linear layers quantised, less encoder compute on a CPU; "
-        "check its quality on your task first (bench/results/quality_latency.md)", group=MODEL, choices=PRECISIONS))
+        "--encoder-precision", "int8: the encoder's linear layers quantised (less compute, less accurate with "
+        "Whisper base); bf16: its linear layers in bfloat16, the rest in float32 (less compute on a CPU with "
+        "bfloat16 instructions, slower on one without); auto: bf16 for an English-only model on a CPU with AVX512-BF16 "
+        "or AMX, else fp32 (docs/presets.md)", group=MODEL, choices=ENCODER_PRECISIONS))
     ctc_head: str | None = field(default=None, metadata=flag(
         "--ctc-head", "a CTC head on the encoder (simulst train-ctc)", group=CTC, metavar="PATH",
         default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
@@ -78,7 +84,7 @@ class ModelOptions:
             object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
         for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
                                            ("precision", "precision", PRECISIONS),
-                                           ("encoder_precision", "encoder precision", PRECISIONS)):
+                                           ("encoder_precision", "encoder precision", ENCODER_PRECISIONS)):
             value = getattr(self, field_name)
             if value not in allowed:
                 raise OptionError(f"unknown {label} {value!r}; choose one of {', '.join(allowed)}")

@@ -30,12 +30,14 @@ from simulst.config import TASKS, ModelOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Ahead, Encoded
 from simulst.models.ctc_head import CtcHead
-from simulst.models.device import torch_device
+from simulst.models.device import encoder_precision_on, torch_device
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.timing import RowTrace, Traced, token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
 from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet, head_scores_of
 from simulst.types import Costs
+
+MULTILINGUAL_VOCAB = 51865  # a multilingual Whisper's vocabulary size (English-only checkpoints have 51864)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,9 @@ class WhisperModel:
         self.options = options  # (validated when built)
         self.device = torch_device(options.device)
         self.precision = options.precision
-        self.net = _prepared(net, options, self.device)
+        self.encoder_precision = encoder_precision_on(options.encoder_precision, self.device,
+                                                      multilingual=net.dims.vocab_size >= MULTILINGUAL_VOCAB)
+        self.net = _prepared(net, options, self.device, self.encoder_precision)
         self.dims = net.dims
         self.tokenizer = tokenizer
         self.window = options.window
@@ -132,7 +136,7 @@ class WhisperModel:
         self.window_min_samples = round(options.window_min_ms * SAMPLE_RATE / 1000)
         self.eos_id = int(config.get("eos_token_id", tokenizer.eos_id))
         self.vocab_size = self.dims.vocab_size
-        self.multilingual = self.vocab_size >= 51865
+        self.multilingual = self.vocab_size >= MULTILINGUAL_VOCAB
         self.sot_id = tokenizer.token_id("<|startoftranscript|>")
         self.no_timestamps_id = tokenizer.token_id("<|notimestamps|>")
         self.sot_prev_id = tokenizer.token_id("<|startofprev|>")
@@ -630,15 +634,18 @@ class WhisperModel:
         return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment, trace=trace)
 
 
-def _prepared(net: WhisperNet, options: ModelOptions, device: torch.device) -> WhisperNet:
+def _prepared(net: WhisperNet, options: ModelOptions, device: torch.device, encoder_precision: str) -> WhisperNet:
     """The network as the options run it: int8 decoder weights, or (fp32 on the CPU) the screened vocabulary
-    projection; int8 encoder linear layers if asked; on the device, in eval mode."""
+    projection; int8 or bfloat16 encoder linear layers as ``encoder_precision`` (``auto`` resolved) says; on the
+    device, in eval mode."""
     if options.precision == "int8":
         net.quantize_int8()
     elif options.screen_vocabulary and device.type == "cpu" and net.model.decoder.screen is None:
         net.screen_vocabulary()  # the exact top tokens at a fifth of the projection's cost
-    if options.encoder_precision == "int8":
+    if encoder_precision == "int8":
         net.quantize_encoder_int8()
+    elif encoder_precision == "bf16":
+        net.encoder_bf16()
     return net.to(device).eval()
 
 
