@@ -97,8 +97,9 @@ class WhisperModel:
             audio read plus ``window_pad_ms`` of silence, at least ``window_min_ms`` - Whisper.cpp's
             ``audio_ctx``: less work per chunk; without the padding Whisper, trained on padded 30 s windows, often
             misses the end of short audio and loops), the precision (``int8``: the decoder's weights quantised,
-            dynamic and per channel, which makes a CPU decoder step markedly faster - it is memory-bound; the
-            encoder stays fp32), the vocabulary screening (fp32 on the CPU:
+            dynamic and per channel, which makes a CPU decoder step markedly faster - it is memory-bound), the
+            encoder's precision (fp32, int8, bf16, or auto: the attribute ``encoder_precision`` is what auto
+            resolved to), the vocabulary screening (fp32 on the CPU:
             :meth:`WhisperNet.screen_vocabulary`) and the torch device. A ``window_min_ms`` longer than the model's
             window (Whisper's 30 s) raises ``OptionError``.
 
