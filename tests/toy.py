@@ -24,6 +24,7 @@ import torch
 
 from simulst.config import StreamOptions
 from simulst.models.base import DecoderModel, Encoded, SpeechModel
+from simulst.models.whisper import MULTILINGUAL_VOCAB as MULTILINGUAL_VOCAB  # (re-exported for the tests)
 from simulst.mt.apertium import WordTokenizer, align_prefix
 from simulst.mt.backend import MTBackend, MTRequest
 from simulst.policies import Policy, PolicyContext, PolicyState
@@ -287,9 +288,8 @@ class ScriptedMT(MTBackend):
 
 
 # Whisper's vocabulary sizes: the English-only *.en models (tiny.en) have 51864 tokens, the multilingual ones one
-# more; the adapter reads a vocabulary of 51865 or more as multilingual (simulst.models.whisper).
+# more; the adapter reads a vocabulary of MULTILINGUAL_VOCAB or more as multilingual (simulst.models.whisper).
 ENGLISH_VOCAB = 51864
-MULTILINGUAL_VOCAB = 51865
 
 
 def make_checkpoint(directory: Path, vocab_size: int) -> Path:

@@ -127,17 +127,16 @@ class WhisperModel:
         self.options = options  # (validated when built)
         self.device = torch_device(options.device)
         self.precision = options.precision
-        self.encoder_precision = encoder_precision_on(options.encoder_precision, self.device,
-                                                      multilingual=net.dims.vocab_size >= MULTILINGUAL_VOCAB)
-        self.net = _prepared(net, options, self.device, self.encoder_precision)
         self.dims = net.dims
+        self.vocab_size = self.dims.vocab_size
+        self.multilingual = self.vocab_size >= MULTILINGUAL_VOCAB
+        self.encoder_precision = encoder_precision_on(options.encoder_precision, self.device, self.multilingual)
+        self.net = _prepared(net, options, self.device, self.encoder_precision)
         self.tokenizer = tokenizer
         self.window = options.window
         self.window_pad_samples = round(options.window_pad_ms * SAMPLE_RATE / 1000)
         self.window_min_samples = round(options.window_min_ms * SAMPLE_RATE / 1000)
         self.eos_id = int(config.get("eos_token_id", tokenizer.eos_id))
-        self.vocab_size = self.dims.vocab_size
-        self.multilingual = self.vocab_size >= MULTILINGUAL_VOCAB
         self.sot_id = tokenizer.token_id("<|startoftranscript|>")
         self.no_timestamps_id = tokenizer.token_id("<|notimestamps|>")
         self.sot_prev_id = tokenizer.token_id("<|startofprev|>")
