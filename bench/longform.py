@@ -137,6 +137,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad-0.8s": ("balanced", {"vad": True, "chunk_ms": 800.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
     "encoder-int8": ("balanced", {}, {"encoder_precision": "int8"}),
     "encoder-bf16": ("balanced", {}, {"encoder_precision": "bf16"}),
+    "decoder-bf16": ("balanced", {}, {"precision": "bf16"}),
     "final-beam5": ("balanced", {"search": SearchOptions(final_beam=5)}, {}),
     "low-final-beam5": ("low", {"search": SearchOptions(final_beam=5)}, {}),
     "low-beam3": ("low", {"search": SearchOptions("beam", beam=3)}, {}),
@@ -841,7 +842,7 @@ def main() -> None:
         "`--policy ctc`, the CTC online policy with the CTC head shipped for tiny.en; `ctc-30` / `ctc-40`: `--policy "
         "ctc:-30` / `ctc:-40` (C_end -30 / -40: later stops, fewer guessed words); `ctc-w1` / `ctc-w1.5` / "
         "`ctc-w2`: `--policy ctc --word-logprob-threshold -1` / `-1.5` / `-2`; "
-        "`encoder-int8` / `encoder-bf16`: `--encoder-precision int8` / `bf16`; "
+        "`encoder-int8` / `encoder-bf16`: `--encoder-precision int8` / `bf16`; `decoder-bf16`: `--precision bf16`; "
         "`final-beam5` / `low-final-beam5`: `--final-beam 5` over "
         "`balanced` / `low`; `low-beam3`: `--latency low --search beam --beam 3`; "
         "`accurate-beam-3-la-2`: `--latency accurate --search beam --beam 3 --policy la-2`; "

@@ -94,10 +94,9 @@ def configs(task: str) -> dict[str, Config]:
     base = ModelOptions("whisper-base" if task == "translate" else None, task=task)
     out = {"before": Config("before", base, StreamOptions(), "the option defaults (before the presets)")}
     model, stream = preset_options(task, "balanced", base)
-    out["offline"] = Config("offline", dataclasses.replace(model, encoder_precision="fp32"),
+    out["offline"] = Config("offline", dataclasses.replace(model, encoder_precision="fp32", precision="fp32"),
                             dataclasses.replace(stream, policy=PolicyOptions("offline"), vad=False),
-                            "offline decoding of the whole utterance (the balanced preset's model options, a float32 "
-                            "encoder)")
+                            "offline decoding of the whole utterance (the balanced preset's model options in float32)")
     for latency in LATENCIES:
         model, stream = preset_options(task, latency, base)
         out[latency] = Config(latency, model, stream, f"--latency {latency}")

@@ -1,5 +1,5 @@
-"""``--encoder-precision auto``: bfloat16 for an English-only model where the CPU multiplies in it natively, else
-float32; the presets that set it; and the bfloat16 linear layer's arithmetic."""
+"""``--encoder-precision auto`` and ``--precision auto`` (the decoder's): bfloat16 for an English-only model where the
+CPU multiplies in it natively, else float32; the presets that set them; and the bfloat16 linear layer's arithmetic."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from simulst.config import ModelOptions
 from simulst.config.presets import PRESETS, preset_options
-from simulst.models.device import cpu_has_bfloat16, encoder_precision_on
+from simulst.models.device import cpu_has_bfloat16, precision_on
 from simulst.models.whisper_net import Bf16Linear
 
 CPUINFO = """processor\t: 0
@@ -46,23 +46,27 @@ def test_auto_is_bf16_for_an_english_only_model_on_a_cpu_with_it_and_fp32_elsewh
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     for native in (True, False):
         monkeypatch.setattr(device, "cpu_has_bfloat16", lambda native=native: native)
-        assert encoder_precision_on("auto", cpu, multilingual=False) == ("bf16" if native else "fp32")
-        assert encoder_precision_on("auto", cpu, multilingual=True) == "fp32"  # it may translate: float32
-        assert encoder_precision_on("auto", gpu, multilingual=False) == "fp32"  # a GPU: float32, as before
+        assert precision_on("auto", cpu, multilingual=False) == ("bf16" if native else "fp32")
+        assert precision_on("auto", cpu, multilingual=True) == "fp32"  # it may translate: float32
+        assert precision_on("auto", gpu, multilingual=False) == "fp32"  # a GPU: float32, as before
         for given in ("fp32", "int8", "bf16"):
-            assert encoder_precision_on(given, cpu, multilingual=True) == given  # named: itself, anywhere
+            assert precision_on(given, cpu, multilingual=True) == given  # named: itself, anywhere
 
 
-def test_the_transcribe_presets_set_auto_and_a_given_precision_wins() -> None:
+def test_the_transcribe_presets_set_auto_for_encoder_and_decoder_and_a_given_precision_wins() -> None:
     for (task, _), preset in PRESETS.items():
-        assert preset.settings.get("encoder_precision") == ("auto" if task == "transcribe" else None)
+        expected = "auto" if task == "transcribe" else None
+        assert preset.settings.get("encoder_precision") == expected and preset.settings.get("precision") == expected
     model, _ = preset_options("transcribe", "balanced")
-    assert model.encoder_precision == "auto"
+    assert (model.encoder_precision, model.precision) == ("auto", "auto")
     model, _ = preset_options("translate", "balanced", ModelOptions("whisper-base"))
-    assert model.encoder_precision == "fp32"  # (a translation's encoder stays in float32)
-    model, _ = preset_options("transcribe", "low", ModelOptions(encoder_precision="int8"))
-    assert model.encoder_precision == "int8"
-    assert ModelOptions().encoder_precision == "fp32"  # the option's own default: no preset, float32
+    assert (model.encoder_precision, model.precision) == ("fp32", "fp32")  # (a translation stays in float32)
+    model, _ = preset_options("transcribe", "low", ModelOptions(encoder_precision="int8", precision="int8"))
+    assert (model.encoder_precision, model.precision) == ("int8", "int8")
+    model, _ = preset_options("transcribe", "low", ModelOptions(precision="bf16"))
+    assert (model.encoder_precision, model.precision) == ("auto", "bf16")
+    # the options' own defaults: no preset, float32
+    assert (ModelOptions().encoder_precision, ModelOptions().precision) == ("fp32", "fp32")
 
 
 def test_the_bf16_linear_layer_rounds_its_weights_and_input_and_returns_float32() -> None:

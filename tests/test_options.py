@@ -70,7 +70,7 @@ def test_the_defaults_are_the_fields_defaults() -> None:
     # with no flag, a command runs at the default --latency preset: the fields' defaults and that preset's settings
     assert stream_options_from_args(args) == preset_options("transcribe")[1]
     assert model_options_from_args(args) == preset_options("transcribe")[0]
-    assert model_options_from_args(args) == ModelOptions(encoder_precision="auto")  # the preset's only model option
+    assert model_options_from_args(args) == ModelOptions(encoder_precision="auto", precision="auto")  # the preset's
     translate = build_parser().parse_args(["translate", "a.wav", "--to", "es"])
     assert mt_options_from_args(translate) == MTOptions()
 
@@ -128,8 +128,9 @@ def test_bad_values_are_refused_where_they_are_parsed_or_built(capsys: pytest.Ca
     assert model_options_from_args(parser().parse_args(["--encoder-precision", "bf16"])).encoder_precision == "bf16"
     with pytest.raises(OptionError, match="unknown encoder precision 'fp16'; choose one of fp32, int8, bf16, auto"):
         ModelOptions(encoder_precision="fp16")
-    with pytest.raises(OptionError, match="unknown precision 'bf16'; choose one of fp32, int8"):
-        ModelOptions(precision="bf16")  # the decoder: bfloat16 is for the encoder's compute-bound layers
+    assert model_options_from_args(parser().parse_args(["--precision", "bf16"])).precision == "bf16"
+    with pytest.raises(OptionError, match="unknown decoder precision 'fp16'; choose one of fp32, int8, bf16, auto"):
+        ModelOptions(precision="fp16")
     with pytest.raises(OptionError, match="reads committed text"):
         mt_options_from_args(build_parser().parse_args(["translate", "a.wav", "--to", "es", "--mt-policy", "ctc"]))
 

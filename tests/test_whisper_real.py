@@ -164,6 +164,29 @@ def test_bf16_encoder_runs_its_linear_layers_in_bfloat16_and_transcribes_like_fp
     assert halved.tokenizer.decode(hyp.tokens) == model.tokenizer.decode(reference.tokens)
 
 
+def test_bf16_decoder_runs_its_linear_layers_in_bfloat16_and_transcribes_like_fp32(
+        model: WhisperModel, jfk: np.ndarray) -> None:
+    halved = load_model(str(WHISPER_TINY_EN), precision="bf16")
+    assert halved.precision == "bf16" and halved.encoder_precision == "fp32" and model.precision == "fp32"
+    automatic = load_model(str(WHISPER_TINY_EN), precision="auto")
+    assert automatic.precision == ("bf16" if cpu_has_bfloat16() else "fp32")  # this CPU's choice
+    decoder = halved.net.model.decoder
+    linears = [m for m in decoder.modules() if isinstance(m, Bf16Linear)]
+    # self-attention q, k, v, out; cross-attention q, k, v, out; fc1, fc2 of every layer
+    assert len(linears) == 10 * len(decoder.layers) and all(m.weight.dtype == torch.bfloat16 for m in linears)
+    assert not any(type(m) is torch.nn.Linear for m in decoder.modules())
+    assert decoder.embed_tokens.weight.dtype == torch.float32  # the vocabulary projection stays float32
+    assert decoder.screen is not None  # and is screened as in float32
+    assert not any(isinstance(m, Bf16Linear) for m in halved.net.model.encoder.modules())  # the encoder is float32
+    enc = halved.encode(jfk, Costs())
+    hyp = stream_search(BeamSearch(3)).search(halved, enc, [], 60, Costs(), final=True)[0]
+    exact = model.encode(jfk, Costs())
+    reference = stream_search(BeamSearch(3)).search(model, exact, [], 60, Costs(), final=True)[0]
+    assert halved.tokenizer.decode(hyp.tokens) == model.tokenizer.decode(reference.tokens)
+    # bfloat16 rounding moves each token's log-probability a little (about 0.02 on jfk), not the choices
+    assert abs(hyp.score - reference.score) < 0.03 * len(hyp.tokens)
+
+
 def test_int8_decoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:
     quantized = load_model(str(WHISPER_TINY_EN), precision="int8")
     assert quantized.net.model.decoder.lm_head is not None

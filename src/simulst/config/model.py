@@ -10,8 +10,8 @@ from simulst.errors import OptionError
 WINDOWS = ("full", "audio")
 TASKS = ("transcribe", "translate")
 DEFAULT_MODEL = "whisper-tiny.en"  # the model loaded when none is named (ModelOptions.name None); it ships a CTC head
-PRECISIONS = ("fp32", "int8")
-ENCODER_PRECISIONS = ("fp32", "int8", "bf16", "auto")
+PRECISIONS = ("fp32", "int8", "bf16", "auto")
+ENCODER_PRECISIONS = PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,14 @@ class ModelOptions:
             windows, hallucinates at the end of short ones ("however, however, however"); the minimum trades
             encoder compute for streaming WER (``bench/results/performance.md``, the ``window-min`` rows). At most
             the model's window (Whisper's 30 s; the loaded model refuses longer).
-        precision: ``fp32`` or ``int8`` (the decoder's weights quantised).
+        precision: the decoder's: ``fp32``, ``int8`` (its weights quantised), ``bf16`` (its linear layers'
+            weights and inputs in bfloat16, their outputs back in float32; the token embedding, the vocabulary
+            projection, layer norms and attention products stay in float32) or ``auto`` (as ``encoder_precision``'s).
         encoder_precision: ``fp32``, ``int8`` (the encoder's linear layers quantised: dynamic, per output
             channel), ``bf16`` (its linear layers' weights and inputs in bfloat16, their outputs back in float32;
             the convolutions, layer norms, attention products and residual stream stay in float32) or ``auto``
             (``bf16`` for an English-only model on a CPU that multiplies in bfloat16 natively, else ``fp32``:
-            :func:`~simulst.models.device.encoder_precision_on`).
+            :func:`~simulst.models.device.precision_on`).
         screen_vocabulary: on the CPU with ``fp32``, the vocabulary projection scores every token with an int8 copy
             of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
             <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
@@ -66,7 +68,9 @@ class ModelOptions:
         "--window-min-ms", "the shortest audio window, padded with silence up to it (Whisper hallucinates at the "
         "end of short windows; bench/results/performance.md; at most the model's 30 s)", group=MODEL, metavar="MS"))
     precision: str = field(default="fp32", metadata=flag(
-        "--precision", "int8: the decoder's weights quantised, faster on a CPU", group=MODEL, choices=PRECISIONS))
+        "--precision", "the decoder's: int8: its weights quantised, faster on a CPU; bf16: its linear layers in "
+        "bfloat16, the rest in float32; auto: as --encoder-precision auto (docs/presets.md)", group=MODEL,
+        choices=PRECISIONS))
     encoder_precision: str = field(default="fp32", metadata=flag(
         "--encoder-precision", "int8: the encoder's linear layers quantised (less compute, less accurate with "
         "Whisper base); bf16: its linear layers in bfloat16, the rest in float32 (less compute on a CPU with "
@@ -83,7 +87,7 @@ class ModelOptions:
         if self.language is not None and self.language.strip().lower() == "auto":
             object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
         for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
-                                           ("precision", "precision", PRECISIONS),
+                                           ("precision", "decoder precision", PRECISIONS),
                                            ("encoder_precision", "encoder precision", ENCODER_PRECISIONS)):
             value = getattr(self, field_name)
             if value not in allowed:

@@ -175,23 +175,24 @@ _BEAM_LA2 = {**_BEAM_3, "policy": "la-2"}
 # dev sets, about 1 s later (quality_latency_grids.md, longform_phases_transcribe_accurate/); without the VAD and
 # with 5 s / 15 s cuts it reads more errors on the talk.
 
-# A transcription's presets run the encoder's linear layers in bfloat16 where the model is English-only and the CPU
-# multiplies in bfloat16 natively (``auto``; float32 elsewhere and on a GPU): the encoder is most of a stream's
-# compute, and with Whisper tiny.en the bfloat16 encoder reads the same WER at the same delay over three chunk grids
-# on the short and the long-form dev sets, for more live streams per CPU (bench/results/encoder_bf16.md). A
-# translation's stay in float32: with Whisper base the bfloat16 encoder read the same BLEU on the dev utterances but
-# clearly less on the long-form dev talks.
-_FAST_ENCODER = {"encoder_precision": "auto"}
+# A transcription's presets run the encoder's and the decoder's linear layers in bfloat16 where the model is
+# English-only and the CPU multiplies in bfloat16 natively (``auto``; float32 elsewhere and on a GPU): the encoder is
+# most of a stream's compute and the decoder's steps stream every weight for a few rows; with Whisper tiny.en the
+# bfloat16 model reads a WER that cannot be told from float32's at the same delay over three chunk grids on the
+# short and the long-form dev sets, for more live streams per CPU (bench/results/encoder_bf16.md,
+# bench/results/decoder_bf16.md). A translation's stay in float32: with Whisper base the bfloat16 encoder read the
+# same BLEU on the dev utterances but clearly less on the long-form dev talks.
+_BFLOAT16 = {"encoder_precision": "auto", "precision": "auto"}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
            {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY,
-            **_FAST_ENCODER}, without_ctc_head={**_LOW_WITHOUT_CTC_HEAD, **_FAST_ENCODER}),
+            **_BFLOAT16}, without_ctc_head={**_LOW_WITHOUT_CTC_HEAD, **_BFLOAT16}),
     Preset("transcribe", "balanced", "500 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), cut "
            "at sentence ends past 10 s", {"chunk_ms": 500.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT,
-                                                          **_FAST_ENCODER}),
+                                                          **_BFLOAT16}),
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
-           "agree (LA-2)", {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_FAST_ENCODER}),
+           "agree (LA-2)", {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_BFLOAT16}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
            {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement: "

@@ -30,7 +30,7 @@ from simulst.config import TASKS, ModelOptions
 from simulst.errors import ModelLoadError, OptionError
 from simulst.models.base import Ahead, Encoded
 from simulst.models.ctc_head import CtcHead
-from simulst.models.device import encoder_precision_on, torch_device
+from simulst.models.device import precision_on, torch_device
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.timing import RowTrace, Traced, token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
@@ -96,10 +96,11 @@ class WhisperModel:
             the task, the window (``full`` pads every encoding to Whisper's 30 s window; ``audio`` encodes only the
             audio read plus ``window_pad_ms`` of silence, at least ``window_min_ms`` - Whisper.cpp's
             ``audio_ctx``: less work per chunk; without the padding Whisper, trained on padded 30 s windows, often
-            misses the end of short audio and loops), the precision (``int8``: the decoder's weights quantised,
-            dynamic and per channel, which makes a CPU decoder step markedly faster - it is memory-bound), the
-            encoder's precision (fp32, int8, bf16, or auto: the attribute ``encoder_precision`` is what auto
-            resolved to), the vocabulary screening (fp32 on the CPU:
+            misses the end of short audio and loops), the decoder's precision (``int8``: its weights quantised,
+            dynamic and per channel, which makes a CPU decoder step markedly faster - it is memory-bound; ``bf16``:
+            its linear layers in bfloat16), the encoder's precision (fp32, int8, bf16; for either, auto: the
+            attributes ``precision`` and ``encoder_precision`` are what auto resolved to), the vocabulary
+            screening (fp32 or bf16 on the CPU:
             :meth:`WhisperNet.screen_vocabulary`) and the torch device. A ``window_min_ms`` longer than the model's
             window (Whisper's 30 s) raises ``OptionError``.
 
@@ -126,12 +127,12 @@ class WhisperModel:
     def __init__(self, net: WhisperNet, tokenizer: BpeTokenizer, config: dict[str, Any], options: ModelOptions) -> None:
         self.options = options  # (validated when built)
         self.device = torch_device(options.device)
-        self.precision = options.precision
         self.dims = net.dims
         self.vocab_size = self.dims.vocab_size
         self.multilingual = self.vocab_size >= MULTILINGUAL_VOCAB
-        self.encoder_precision = encoder_precision_on(options.encoder_precision, self.device, self.multilingual)
-        self.net = _prepared(net, options, self.device, self.encoder_precision)
+        self.precision = precision_on(options.precision, self.device, self.multilingual)
+        self.encoder_precision = precision_on(options.encoder_precision, self.device, self.multilingual)
+        self.net = _prepared(net, options.screen_vocabulary, self.device, self.precision, self.encoder_precision)
         self.tokenizer = tokenizer
         self.window = options.window
         self.window_pad_samples = round(options.window_pad_ms * SAMPLE_RATE / 1000)
@@ -634,13 +635,16 @@ class WhisperModel:
         return WhisperState(cache=cache, cross=state.cross, length=state.length, alignment=alignment, trace=trace)
 
 
-def _prepared(net: WhisperNet, options: ModelOptions, device: torch.device, encoder_precision: str) -> WhisperNet:
-    """The network as the options run it: int8 decoder weights, or (fp32 on the CPU) the screened vocabulary
-    projection; int8 or bfloat16 encoder linear layers as ``encoder_precision`` (``auto`` resolved) says; on the
-    device, in eval mode."""
-    if options.precision == "int8":
+def _prepared(net: WhisperNet, screen_vocabulary: bool, device: torch.device, precision: str,
+              encoder_precision: str) -> WhisperNet:
+    """The network as the options run it (``auto`` precisions resolved): the decoder's linear layers in bfloat16
+    or its weights in int8, and (fp32 or bf16 on the CPU, with ``screen_vocabulary``) the screened vocabulary
+    projection; the encoder's linear layers in int8 or bfloat16; on the device, in eval mode."""
+    if precision == "bf16":
+        net.decoder_bf16()
+    if precision == "int8":
         net.quantize_int8()
-    elif options.screen_vocabulary and device.type == "cpu" and net.model.decoder.screen is None:
+    elif screen_vocabulary and device.type == "cpu" and net.model.decoder.screen is None:
         net.screen_vocabulary()  # the exact top tokens at a fifth of the projection's cost
     if encoder_precision == "int8":
         net.quantize_encoder_int8()

@@ -374,11 +374,15 @@ class WhisperNet(nn.Module):
         inputs rounded to it, outputs returned in float32, so the layer norms, attention products and the residual
         stream stay in float32. Why: the linear layers hold most of the encoder's compute on a long window, and a
         CPU with bfloat16 instructions (AVX512-BF16, AMX) multiplies in it faster than in float32."""
-        encoder = self.model.encoder
-        for module in list(encoder.modules()):
-            for name, child in list(module.named_children()):
-                if type(child) is nn.Linear:
-                    setattr(module, name, Bf16Linear(child))
+        _bf16_linears(self.model.encoder)
+
+    def decoder_bf16(self) -> None:
+        """The decoder's linear layers (self- and cross-attention projections, the cross-attention keys and values
+        of the encoder frames, feed-forward) in bfloat16 as :meth:`encoder_bf16` puts the encoder's; the token
+        embedding and so the vocabulary projection stay in float32. Why: a decoder step multiplies a few rows by
+        every weight, which streams the weights through the CPU; bfloat16 weights are half the bytes and run on
+        the CPU's bfloat16 instructions."""
+        _bf16_linears(self.model.decoder)
 
     def screen_vocabulary(self) -> None:
         """Project decoder states onto the vocabulary in two stages: an int8 copy of the token embedding E scores
@@ -413,7 +417,7 @@ class WhisperNet(nn.Module):
 
 class Bf16Linear(nn.Module):
     """A linear layer whose weight and bias are kept in bfloat16 and whose float32 input is rounded to bfloat16;
-    its output is float32 (:meth:`WhisperNet.encoder_bf16`)."""
+    its output is float32 (:meth:`WhisperNet.encoder_bf16`, :meth:`WhisperNet.decoder_bf16`)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -423,6 +427,14 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x.to(torch.bfloat16), self.weight, self.bias).float()
+
+
+def _bf16_linears(module: nn.Module) -> None:
+    """Replace every ``nn.Linear`` inside ``module`` by a :class:`Bf16Linear` of it."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, Bf16Linear(child))
 
 
 def _int8_linears(module: nn.Module, inplace: bool = False) -> nn.Module:
