@@ -41,8 +41,8 @@ class ModelOptions:
             the convolutions, layer norms, attention products and residual stream stay in float32) or ``auto``
             (``bf16`` for an English-only model on a CPU that multiplies in bfloat16 natively, else ``fp32``:
             :func:`~simulst.models.device.precision_on`).
-        screen_vocabulary: on the CPU with ``fp32``, the vocabulary projection scores every token with an int8 copy
-            of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
+        screen_vocabulary: on the CPU with ``fp32`` or ``bf16``, the vocabulary projection scores every token with
+            an int8 copy of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
             <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
             fraction of the projection's cost (``bench/results/performance.md``); log-probabilities move by int8
             rounding only. False: the exact projection.
@@ -80,8 +80,8 @@ class ModelOptions:
         "--ctc-head", "a CTC head on the encoder (simulst train-ctc)", group=CTC, metavar="PATH",
         default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
     screen_vocabulary: bool = field(default=True, metadata=flag(
-        "--screen-vocabulary", "fp32 on the CPU: score the vocabulary in int8 and the best 64 tokens of each row "
-        "exactly (the same choices, a fraction of the projection's cost)", group=MODEL))
+        "--screen-vocabulary", "fp32 or bf16 on the CPU: score the vocabulary in int8 and the best 64 tokens of each "
+        "row exactly (the same choices, a fraction of the projection's cost)", group=MODEL))
 
     def __post_init__(self) -> None:
         if self.language is not None and self.language.strip().lower() == "auto":
