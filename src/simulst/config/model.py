@@ -10,8 +10,7 @@ from simulst.errors import OptionError
 WINDOWS = ("full", "audio")
 TASKS = ("transcribe", "translate")
 DEFAULT_MODEL = "whisper-tiny.en"  # the model loaded when none is named (ModelOptions.name None); it ships a CTC head
-PRECISIONS = ("fp32", "int8", "bf16", "auto")
-ENCODER_PRECISIONS = PRECISIONS
+PRECISIONS = ("fp32", "int8", "bf16", "auto")  # the decoder's and the encoder's
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class ModelOptions:
         "--encoder-precision", "int8: the encoder's linear layers quantised (less compute, less accurate with "
         "Whisper base); bf16: its linear layers in bfloat16, the rest in float32 (less compute on a CPU with "
         "bfloat16 instructions, slower on one without); auto: bf16 for an English-only model on a CPU with AVX512-BF16 "
-        "or AMX, else fp32 (docs/presets.md)", group=MODEL, choices=ENCODER_PRECISIONS))
+        "or AMX, else fp32 (docs/presets.md)", group=MODEL, choices=PRECISIONS))
     ctc_head: str | None = field(default=None, metadata=flag(
         "--ctc-head", "a CTC head on the encoder (simulst train-ctc)", group=CTC, metavar="PATH",
         default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
@@ -88,7 +87,7 @@ class ModelOptions:
             object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
         for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
                                            ("precision", "decoder precision", PRECISIONS),
-                                           ("encoder_precision", "encoder precision", ENCODER_PRECISIONS)):
+                                           ("encoder_precision", "encoder precision", PRECISIONS)):
             value = getattr(self, field_name)
             if value not in allowed:
                 raise OptionError(f"unknown {label} {value!r}; choose one of {', '.join(allowed)}")
