@@ -54,6 +54,17 @@ def test_batched_streams_equal_streams_alone(model: WhisperModel, audios: list[n
     batcher.close()
 
 
+def test_batched_bf16_streams_equal_streams_alone(audios: list[np.ndarray]) -> None:
+    # the bfloat16 model's fused products (every layer's cross keys/values in one) over a batch of windows
+    model = load_model(precision="bf16", encoder_precision="bf16")
+    options = [StreamOptions(search=SearchOptions(name="beam", beam=3))] * len(audios)
+    alone = decode_in_rounds(SerialRunner(), model, audios, options)
+    batcher = Batcher(model, max_streams=4)
+    assert decode_in_rounds(batcher, model, audios, options) == alone
+    assert batcher.stats.largest["encode"] == 3
+    batcher.close()
+
+
 def test_a_failing_call_fails_only_its_stream(model: WhisperModel, audios: list[np.ndarray]) -> None:
     batcher = Batcher(model, max_streams=4)
     view = batcher.view(model)

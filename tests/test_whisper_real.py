@@ -11,7 +11,7 @@ from simulst.models.device import cpu_has_bfloat16
 from simulst.models.loading import load_model
 from simulst.models.mel import log_mel_spectrogram
 from simulst.models.whisper import WhisperModel
-from simulst.models.whisper_net import Bf16Linear
+from simulst.models.whisper_net import Bf16Linear, DecoderLayer, EncoderLayer
 from simulst.search import BeamSearch
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission
@@ -149,7 +149,8 @@ def test_bf16_encoder_runs_its_linear_layers_in_bfloat16_and_transcribes_like_fp
     assert automatic.encoder_precision == ("bf16" if cpu_has_bfloat16() else "fp32")  # this CPU's choice
     encoder = halved.net.model.encoder
     linears = [m for m in encoder.modules() if isinstance(m, Bf16Linear)]
-    assert len(linears) == 6 * len(encoder.layers)  # q, k, v, out, fc1, fc2 of every layer
+    # q, k, v, out, fc1, fc2 of every layer, and its q, k and v stacked into one product
+    assert len(linears) == 7 * len(encoder.layers)
     assert not any(type(m) is torch.nn.Linear for m in encoder.modules())
     assert all(m.weight.dtype == torch.bfloat16 for m in linears)
     assert encoder.layer_norm.weight.dtype == torch.float32 and encoder.conv1.weight.dtype == torch.float32
@@ -172,8 +173,9 @@ def test_bf16_decoder_runs_its_linear_layers_in_bfloat16_and_transcribes_like_fp
     assert automatic.precision == ("bf16" if cpu_has_bfloat16() else "fp32")  # this CPU's choice
     decoder = halved.net.model.decoder
     linears = [m for m in decoder.modules() if isinstance(m, Bf16Linear)]
-    # self-attention q, k, v, out; cross-attention q, k, v, out; fc1, fc2 of every layer
-    assert len(linears) == 10 * len(decoder.layers) and all(m.weight.dtype == torch.bfloat16 for m in linears)
+    # self-attention q, k, v, out (+ q, k, v stacked); cross-attention q, k, v, out; fc1, fc2 of every layer; and
+    # the cross-attention keys and values of all layers stacked into one product
+    assert len(linears) == 11 * len(decoder.layers) + 1 and all(m.weight.dtype == torch.bfloat16 for m in linears)
     assert not any(type(m) is torch.nn.Linear for m in decoder.modules())
     assert decoder.embed_tokens.weight.dtype == torch.float32  # the vocabulary projection stays float32
     assert decoder.screen is not None  # and is screened as in float32
@@ -185,6 +187,27 @@ def test_bf16_decoder_runs_its_linear_layers_in_bfloat16_and_transcribes_like_fp
     assert halved.tokenizer.decode(hyp.tokens) == model.tokenizer.decode(reference.tokens)
     # bfloat16 rounding moves each token's log-probability a little (about 0.02 on jfk), not the choices
     assert abs(hyp.score - reference.score) < 0.03 * len(hyp.tokens)
+
+
+def test_bf16_fused_products_equal_the_separate_ones(jfk: np.ndarray) -> None:
+    fused = load_model(str(WHISPER_TINY_EN), precision="bf16", encoder_precision="bf16")
+    separate = load_model(str(WHISPER_TINY_EN), precision="bf16", encoder_precision="bf16")
+    net = separate.net
+    for layer in [*net.model.encoder.layers, *net.model.decoder.layers]:
+        assert isinstance(layer, EncoderLayer | DecoderLayer)
+        assert layer.self_attn.qkv_proj is not None and isinstance(layer.fc1, Bf16Linear) and layer.fc1.keep_bf16
+        layer.self_attn.qkv_proj = None  # q, k, v as three products, each output back in float32
+        layer.fc1.keep_bf16 = False
+    assert net.model.decoder.cross_proj is not None
+    net.model.decoder.cross_proj = None  # each layer's cross keys and values as two products
+    for audio in (jfk, jfk[: 5 * 16000]):
+        enc, reference = fused.encode(audio, Costs()), separate.encode(audio, Costs())
+        assert torch.equal(enc.frames, reference.frames)
+        for (k, v), (k_ref, v_ref) in zip(enc.extra, reference.extra, strict=True):
+            assert torch.equal(k, k_ref) and torch.equal(v, v_ref)
+        hyp = stream_search(BeamSearch(3)).search(fused, enc, [], 60, Costs(), final=True)[0]
+        expected = stream_search(BeamSearch(3)).search(separate, reference, [], 60, Costs(), final=True)[0]
+        assert hyp.tokens == expected.tokens and hyp.score == expected.score
 
 
 def test_int8_decoder_transcribes_like_fp32(model: WhisperModel, jfk: np.ndarray) -> None:

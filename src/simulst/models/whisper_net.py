@@ -76,6 +76,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=False)
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        self.qkv_proj: Bf16Linear | None = None  # q, k and v in one product (set by _fuse_bf16; None: three)
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, L, D) -> (B, H, L, D/H)."""
@@ -86,9 +87,17 @@ class Attention(nn.Module):
         """Keys and values of ``x`` (B, L, D), each (B, H, L, D/H)."""
         return self.split(self.k_proj(x)), self.split(self.v_proj(x))
 
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, KV]:
+        """Queries, keys and values of ``x`` (B, L, D) for self-attention, each (B, H, L, D/H)."""
+        if self.qkv_proj is None:
+            return self.split(self.q_proj(x)), self.project_kv(x)
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+        return self.split(q), (self.split(k), self.split(v))
+
     def attend(
         self, x: torch.Tensor, kv: KV, causal: bool, mask: torch.Tensor | None = None,
         groups: Groups | None = None, queries: list[torch.Tensor] | None = None, query_from: int = 0,
+        q: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Queries from ``x`` (B, L, D) over ``kv``; causal masks the last L keys triangularly.
 
@@ -102,8 +111,10 @@ class Attention(nn.Module):
                 ``kv[g]`` where its slot in the (G, W) query grid lies in row g (:class:`Groups`).
             queries: the queries (B, H, L - query_from, D/H) of the positions from ``query_from`` on are appended to
                 it (a view: the attention computes them anyway; :func:`head_scores_of` scores them later).
+            q: the queries of ``x`` (B, H, L, D/H), if already projected (:meth:`project_qkv`).
         """
-        q = self.split(self.q_proj(x))
+        if q is None:
+            q = self.split(self.q_proj(x))
         k, v = kv
         if queries is not None:
             queries.append(q[:, :, query_from:])
@@ -161,7 +172,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.self_attn_layer_norm(x)
-        x = x + self.self_attn.attend(h, self.self_attn.project_kv(h), causal=False)
+        q, kv = self.self_attn.project_qkv(h)
+        x = x + self.self_attn.attend(h, kv, causal=False, q=q)
         return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
 
 
@@ -189,10 +201,10 @@ class DecoderLayer(nn.Module):
         every position's raw cross-attention scores of those heads, (B, h, L, S), to ``scores``, and the
         cross-attention queries (B, H, L - query_from, D/H) of the positions from ``query_from`` on to ``queries``."""
         h = self.self_attn_layer_norm(x)
-        k, v = self.self_attn.project_kv(h)
+        q, (k, v) = self.self_attn.project_qkv(h)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        x = x + self.self_attn.attend(h, (k, v), causal=True, mask=self_mask)
+        x = x + self.self_attn.attend(h, (k, v), causal=True, mask=self_mask, q=q)
         h = self.encoder_attn_layer_norm(x)
         recorded = queries if align_heads else None
         x = x + self.encoder_attn.attend(h, cross, causal=False, mask=cross_mask, groups=cross_groups,
@@ -243,10 +255,15 @@ class Decoder(nn.Module):
         self.lm_head: nn.Module | None = None  # set by WhisperNet.quantize_int8; None: tied embedding matmul
         self._embed_t: torch.Tensor | None = None  # a contiguous Eᵀ for one-row projections (made on first use)
         self.screen: object | None = None  # set by WhisperNet.screen_vocabulary: E packed in int8 (no parameter)
+        self.cross_proj: Bf16Linear | None = None  # every layer's cross keys/values in one product (_fuse_bf16)
 
     def cross_kv(self, frames: torch.Tensor) -> list[KV]:
-        """Cross-attention keys/values of every layer for encoder ``frames`` (1, T, D): computed once a chunk."""
-        return [cast(DecoderLayer, layer).encoder_attn.project_kv(frames) for layer in self.layers]
+        """Cross-attention keys/values of every layer for encoder ``frames`` (B, T, D): computed once a chunk."""
+        attentions = [cast(DecoderLayer, layer).encoder_attn for layer in self.layers]
+        if self.cross_proj is None:
+            return [attention.project_kv(frames) for attention in attentions]
+        parts = self.cross_proj(frames).chunk(2 * len(attentions), dim=-1)
+        return [(a.split(parts[2 * i]), a.split(parts[2 * i + 1])) for i, a in enumerate(attentions)]
 
     def forward(
         self, tokens: torch.Tensor, offset: int | torch.Tensor, past: list[KV] | None, cross: list[KV],
@@ -373,16 +390,19 @@ class WhisperNet(nn.Module):
         """The encoder's linear layers (attention projections, feed-forward) in bfloat16: weights stored in it,
         inputs rounded to it, outputs returned in float32, so the layer norms, attention products and the residual
         stream stay in float32. Why: the linear layers hold most of the encoder's compute on a long window, and a
-        CPU with bfloat16 instructions (AVX512-BF16, AMX) multiplies in it faster than in float32."""
+        CPU with bfloat16 instructions (AVX512-BF16, AMX) multiplies in it faster than in float32. The products
+        that share an input run as one (:func:`_fuse_bf16`)."""
         _bf16_linears(self.model.encoder)
+        _fuse_bf16(self.model.encoder)
 
     def decoder_bf16(self) -> None:
         """The decoder's linear layers (self- and cross-attention projections, the cross-attention keys and values
         of the encoder frames, feed-forward) in bfloat16 as :meth:`encoder_bf16` puts the encoder's; the token
         embedding and so the vocabulary projection stay in float32. Why: a decoder step multiplies a few rows by
         every weight, which streams the weights through the CPU; bfloat16 weights are half the bytes and run on
-        the CPU's bfloat16 instructions."""
+        the CPU's bfloat16 instructions. The products that share an input run as one (:func:`_fuse_bf16`)."""
         _bf16_linears(self.model.decoder)
+        _fuse_bf16(self.model.decoder)
 
     def screen_vocabulary(self) -> None:
         """Project decoder states onto the vocabulary in two stages: an int8 copy of the token embedding E scores
@@ -416,17 +436,33 @@ class WhisperNet(nn.Module):
 
 
 class Bf16Linear(nn.Module):
-    """A linear layer whose weight and bias are kept in bfloat16 and whose float32 input is rounded to bfloat16;
-    its output is float32 (:meth:`WhisperNet.encoder_bf16`, :meth:`WhisperNet.decoder_bf16`)."""
+    """A linear layer whose weight and bias are kept in bfloat16 and whose input is rounded to bfloat16; its
+    output is float32, or bfloat16 with ``keep_bf16`` (for a layer whose output only feeds another such layer
+    through an elementwise function: the rounding is then the same, done once) (:meth:`WhisperNet.encoder_bf16`,
+    :meth:`WhisperNet.decoder_bf16`)."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, keep_bf16: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
         bias = linear.bias
         self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        self.keep_bf16 = keep_bf16
+
+    @classmethod
+    def stacked(cls, linears: Sequence[nn.Module]) -> Bf16Linear:
+        """One layer computing the outputs of ``linears`` (of one input size) side by side, in their order; a
+        layer without a bias adds zeros."""
+        weights = [cast(torch.Tensor, linear.weight).detach() for linear in linears]
+        given = [cast(torch.Tensor | None, linear.bias) for linear in linears]
+        biases = [torch.zeros(w.shape[0], dtype=w.dtype, device=w.device) if b is None else b.detach()
+                  for w, b in zip(weights, given, strict=True)]
+        whole = nn.Linear(weights[0].shape[1], sum(w.shape[0] for w in weights))
+        whole.weight, whole.bias = nn.Parameter(torch.cat(weights)), nn.Parameter(torch.cat(biases))
+        return cls(whole)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.to(torch.bfloat16), self.weight, self.bias).float()
+        out = F.linear(x.to(torch.bfloat16), self.weight, self.bias)
+        return out if self.keep_bf16 else out.float()
 
 
 def _bf16_linears(module: nn.Module) -> None:
@@ -435,6 +471,22 @@ def _bf16_linears(module: nn.Module) -> None:
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
                 setattr(parent, name, Bf16Linear(child))
+
+
+def _fuse_bf16(module: nn.Module) -> None:
+    """In ``module`` (made of :class:`Bf16Linear` layers), the products that share an input run as one: each
+    self-attention's queries, keys and values; a decoder's cross-attention keys and values of every layer (from the
+    same encoder frames); and each feed-forward layer's first product stays in bfloat16 through the GELU into the
+    second (which rounds its input to bfloat16 anyway). Why: one wider product and fewer conversions do the same
+    sums in less time on a CPU; the results are those of the separate layers (the same bfloat16 products)."""
+    for sub in module.modules():
+        if isinstance(sub, EncoderLayer | DecoderLayer):
+            attention = sub.self_attn
+            attention.qkv_proj = Bf16Linear.stacked([attention.q_proj, attention.k_proj, attention.v_proj])
+            cast(Bf16Linear, sub.fc1).keep_bf16 = True
+        if isinstance(sub, Decoder):
+            layers = [cast(DecoderLayer, layer).encoder_attn for layer in sub.layers]
+            sub.cross_proj = Bf16Linear.stacked([p for a in layers for p in (a.k_proj, a.v_proj)])
 
 
 def _int8_linears(module: nn.Module, inplace: bool = False) -> nn.Module:
