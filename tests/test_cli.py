@@ -144,6 +144,7 @@ def test_bad_audio_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
         (["--max-buffer-s", "60"], "(--max-buffer-s 60) is longer than the model's window: at most 30 s"),
         (["--segment-s", "31"], "(--segment-s 31) is longer than the model's window: at most 30 s"),
         (["--window-min-ms", "40000"], "(--window-min-ms 40000) is longer than the model's window: at most 30000 ms"),
+        (["--window-pad-ms", "30001"], "(--window-pad-ms 30001) is longer than the model's window: at most 30000 ms"),
     ],
 )
 def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:

@@ -101,8 +101,8 @@ class WhisperModel:
             its linear layers in bfloat16), the encoder's precision (fp32, int8, bf16; for either, auto: the
             attributes ``precision`` and ``encoder_precision`` are what auto resolved to), the vocabulary
             screening (fp32 or bf16 on the CPU:
-            :meth:`WhisperNet.screen_vocabulary`) and the torch device. A ``window_min_ms`` longer than the model's
-            window (Whisper's 30 s) raises ``OptionError``.
+            :meth:`WhisperNet.screen_vocabulary`) and the torch device. A ``window_min_ms`` or ``window_pad_ms``
+            longer than the model's window (Whisper's 30 s) raises ``OptionError``.
 
     Attribute ``ctc_head``: an optional CTC head on the frozen encoder (:mod:`simulst.ctc`, set by
     ``load_model(..., ctc_head=...)``); ``encode`` then fills ``Encoded.ctc_log_probs`` for the frames of the audio.
@@ -157,9 +157,13 @@ class WhisperModel:
             self._alignment_by_layer.setdefault(layer, []).append(head)
         self.frame_samples = 2 * HOP_LENGTH  # audio samples per encoder frame (20 ms)
         self.max_source_samples = self.dims.max_source_positions * self.frame_samples
+        most_ms = self.max_source_samples * 1000 // SAMPLE_RATE
         if self.window_min_samples > self.max_source_samples:
             raise OptionError(f"the shortest audio window (--window-min-ms {options.window_min_ms:g}) is longer than "
-                              f"the model's window: at most {self.max_source_samples * 1000 // SAMPLE_RATE} ms")
+                              f"the model's window: at most {most_ms} ms")
+        if self.window_pad_samples > self.max_source_samples:
+            raise OptionError(f"the silence appended to the audio window (--window-pad-ms {options.window_pad_ms:g}) "
+                              f"is longer than the model's window: at most {most_ms} ms")
         self.max_length = self.dims.max_target_positions // 2
         self._suppress, self._begin_suppress = self._suppressed(config)
 
