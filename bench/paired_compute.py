@@ -13,12 +13,10 @@ A and B, on a quiet machine.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simulst.evaluation.bootstrap import bootstrap_from_stats
 from simulst.evaluation.instances import InstanceRecord, read_log
 
