@@ -479,7 +479,7 @@ def _fuse_bf16(module: nn.Module) -> None:
     same encoder frames); and each feed-forward layer's first product stays in bfloat16 through the GELU into the
     second (which rounds its input to bfloat16 anyway). Why: one wider product and fewer conversions do the same
     sums in less time on a CPU; the results are those of the separate layers (the same bfloat16 products)."""
-    for sub in module.modules():
+    for sub in list(module.modules()):  # (a list: the loop adds modules to the tree it walks)
         if isinstance(sub, EncoderLayer | DecoderLayer):
             attention = sub.self_attn
             attention.qkv_proj = Bf16Linear.stacked([attention.q_proj, attention.k_proj, attention.v_proj])
