@@ -157,6 +157,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "beam-5-ba-2": ("balanced", {"search": SearchOptions("beam", beam=5), "policy": PolicyOptions.parse("ba-2")}, {}),
     "beam-2": ("balanced", {"search": SearchOptions("beam", beam=2), "policy": PolicyOptions.parse("la-2")}, {}),
     "greedy-la-2": ("balanced", {"search": SearchOptions(), "policy": PolicyOptions.parse("la-2")}, {}),
+    "hold-end": ("balanced", {"hold_sentence_end": True}, {}),  # a sentence end that ends the hypothesis waits
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"

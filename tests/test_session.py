@@ -14,10 +14,10 @@ from simulst.errors import AudioError, OptionError
 from simulst.models.base import Encoded
 from simulst.search import BeamSearch
 from simulst.search.core import Beam
-from simulst.streaming.commit import whole_words
+from simulst.streaming.commit import held_sentence_end, whole_words
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
-from tests.toy import ToySpeechModel, ToyTokenizer, UnsureToy, push_in_pieces, stream_search, tone
+from tests.toy import EOS, ToySpeechModel, ToyTokenizer, UnsureToy, push_in_pieces, stream_search, tone
 
 
 def options(policy: str = "la-2", chunk_ms: float = 1000, search: str = "greedy", **kw: float) -> StreamOptions:
@@ -199,6 +199,51 @@ def test_whole_words_holds_back_a_partial_word() -> None:
     assert whole_words((4, 1), Hypothesis((4, 1), 0.0, finished=False), tok) == 1  # unknown continuation
     assert whole_words((1, 2), Hypothesis((1, 2, 3), 0.0), tok) == 0
     assert whole_words((), best, tok) == 0
+
+
+def test_a_sentence_end_that_ends_the_hypothesis_is_held() -> None:
+    tok = ToyTokenizer(["<eos>", " not", ".", " what", "?", ","])
+    assert held_sentence_end((1, 2), Hypothesis((1, 2), 0.0, finished=True), tok) == 1  # "not." then <eos>: hold "."
+    assert held_sentence_end((1, 4), Hypothesis((1, 4), 0.0, finished=True), tok) == 1  # a question mark too
+    assert held_sentence_end((1, 2), Hypothesis((1, 2, 3), 0.0), tok) == 2  # the text goes on past it: commit
+    assert held_sentence_end((1, 5), Hypothesis((1, 5), 0.0, finished=True), tok) == 2  # a comma ends no sentence
+    assert held_sentence_end((1,), Hypothesis((1, 2), 0.0, finished=True), tok) == 1  # (nothing to hold)
+    assert held_sentence_end((), Hypothesis((), 0.0, finished=True), tok) == 0
+
+
+class PauseToy(ToySpeechModel):
+    """Hears " ask" at 0.7 s, " not" at 1.4 s, then a pause, " what" at 3.5 s and " your" at 4.2 s; its text
+    ends with "." wherever the audio read stops, and once a "." it did not hear as a sentence end is in its
+    prefix it has nothing to add (a committed full stop derails it, as it derails Whisper)."""
+
+    times = (700, 1400, 3500, 4200)
+
+    def __init__(self) -> None:
+        super().__init__("ask not what your")
+        self.tokenizer.pieces.append(".")
+        self.dot = len(self.tokenizer.pieces) - 1
+        self.vocab_size += 1
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        heard = sum(t <= audio_samples for t in self.times)
+        i = len(tokens)
+        if list(tokens) == self.target[:i]:
+            return {self.target[i]: 0.95, EOS: 0.05} if i < heard else {self.dot: 0.9, EOS: 0.1}
+        return {EOS: 0.95, 1: 0.05}
+
+
+def test_hold_sentence_end_commits_no_full_stop_in_a_pause() -> None:
+    # --hold-sentence-end, LA-2, 1 s chunks: 1 s "ask.", 2 s "ask not." -> "ask"; 3 s "ask not." again (the pause)
+    # -> " not", its full stop held; 4 s "ask not what." -> nothing new; 5 s "ask not what your." -> " what"; the
+    # end commits " your.".
+    session = Session(PauseToy(), dataclasses.replace(options("la-2"), hold_sentence_end=True))
+    emissions = push_in_pieces(session, tone(5000), 1000)
+    assert [(e.text, e.source_ms) for e in emissions] == [
+        ("ask", 2000), (" not", 3000), (" what", 5000), (" your.", 5000)
+    ]
+    # without the option (the default) 3 s commits " not." and the toy has nothing to add after it
+    plain = push_in_pieces(Session(PauseToy(), options("la-2")), tone(5000), 1000)
+    assert [(e.text, e.source_ms) for e in plain] == [("ask", 2000), (" not.", 3000)]
 
 
 def test_bad_audio_is_rejected() -> None:

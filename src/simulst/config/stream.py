@@ -53,6 +53,11 @@ class StreamOptions:
             guards against Whisper's repetition loops ("however, however, ...", a sentence said over and over,
             audio read twice) (:func:`~simulst.sequences.loop_free_length`); a chunk's search (greedy or beam) stops
             where its best hypothesis runs into such a loop, since nothing after it would be committed.
+        hold_sentence_end: a chunk does not commit a full stop, question or exclamation mark that ends its best
+            hypothesis, until the hypothesis goes on past it (a decode committed whole commits it). Why: a decode
+            whose audio stops in a pause ends the text there ("Ask not." for "ask not ... what your country"),
+            and a committed full stop makes the model start a new sentence after it ("Watch your country") and
+            lets the buffer be trimmed in mid-sentence. Off by default: see ``docs/transcribe-translate.md``.
         segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
             behind the last committed sentence end (located in the audio by the model's token timing) once at
             least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
@@ -112,6 +117,9 @@ class StreamOptions:
         "--loop-guard", "never commit a 1-3 token n-gram more than 3 times in a row, a longer one more than twice, "
         "a 12-token span a third time within 100 tokens, or a 6-token span again within 60 tokens (a chunk's search "
         "stops at such a loop)", group=ONLINE))
+    hold_sentence_end: bool = field(default=False, metadata=flag(
+        "--hold-sentence-end", "commit a full stop, question or exclamation mark that ends the best hypothesis only "
+        "once the text goes on past it (or its segment ends): a pause does not end a sentence", group=ONLINE))
     segment_s: float = field(default=5.0, metadata=flag(
         "--segment-s", "trim the audio buffer behind the last committed sentence once it is longer than S seconds",
         group=LONG_FORM, metavar="S"))

@@ -187,14 +187,33 @@ def target_tokens(
     policy: Policy,
     state: PolicyState,
     context: PolicyContext,
+    hold_sentence_end: bool = False,
 ) -> Sequence[int]:
-    """The tokens a chunk's hypotheses (best first; empty: nothing decoded) justify committing."""
+    """The tokens a chunk's hypotheses (best first; empty: nothing decoded) justify committing
+    (``hold_sentence_end``: less a sentence end that ends the best hypothesis, :func:`held_sentence_end`)."""
     if final:
         return hyps[0].tokens if hyps else committed
     if not hyps:
         return committed
     stable = policy.stable_prefix(hyps, state, context)
-    return stable[: whole_words(stable, hyps[0], context.tokenizer)]
+    stable = stable[: whole_words(stable, hyps[0], context.tokenizer)]
+    return stable[: held_sentence_end(stable, hyps[0], context.tokenizer)] if hold_sentence_end else stable
+
+
+def held_sentence_end(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:
+    """Length of ``stable`` without a sentence end that only the end of the audio read justifies: a full stop,
+    question or exclamation mark (a punctuation-only token) that is the best hypothesis's last token is held
+    until the hypothesis continues past it (or the source, or its segment, ends: the whole best hypothesis is then
+    committed).
+
+    Why: a decode whose audio stops in a pause ends its text there, so "ask not" before a pause reads "Ask not.";
+    once committed, that full stop makes the model start a new sentence after it ("Watch your country" for "what
+    your country") and lets the buffer be trimmed in mid-sentence."""
+    k = len(stable)
+    last = stable[k - 1] if k else None
+    if last is not None and k == len(best.tokens) and tokenizer.is_punctuation(last) and ends_sentence(last, tokenizer):
+        return k - 1
+    return k
 
 
 def whole_words(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:
