@@ -41,7 +41,8 @@ FLAGS = """--model --language --window --window-pad-ms --window-min-ms --precisi
 --screen-vocabulary --no-screen-vocabulary --device --policy --chunk-ms --initial-wait-ms --search
 --repetition-detection --no-repetition-detection --carry-over --no-carry-over --draft --no-draft --beam
 --length-penalty --max-new-tokens --normalize-peak --no-speech-threshold --logprob-threshold
---early-logprob-threshold --word-logprob-threshold --loop-guard --no-loop-guard --segment-s --max-buffer-s
+--early-logprob-threshold --word-logprob-threshold --loop-guard --no-loop-guard --hold-sentence-end
+--no-hold-sentence-end --segment-s --max-buffer-s
 --context-tokens --context-scope --vad --vad-threshold --vad-pause-ms --context-reset-s --ctc-threshold --ctc-head
 --ctc-weight --ctc-odds --final-beam""".split()
 
