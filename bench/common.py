@@ -100,6 +100,22 @@ def score(items: Sequence[Item], runs: Sequence[Run]) -> dict[str, float]:
     }
 
 
+def word_units(units: Sequence[str], delays: Sequence[float],
+               elapsed: Sequence[float]) -> tuple[list[str], list[float], list[float]]:
+    """``units`` (SimulEval's word units of an output), ``delays`` and ``elapsed`` (one per unit; ``elapsed`` may be
+    empty) without the units that are only punctuation (a mark emitted on its own, as "country .").
+
+    Why: a mark emitted apart from its word counts as a word unit in AL and StreamLAAL, so a change that emits marks
+    on their own moves those figures without moving a word; the delays of the words alone do not.
+
+    Raises:
+        SystemExit: ``delays`` (or a non-empty ``elapsed``) has another length than ``units``."""
+    if len(delays) != len(units) or (elapsed and len(elapsed) != len(units)):
+        raise SystemExit(f"{len(units)} output units, {len(delays)} delays, {len(elapsed)} elapsed")
+    keep = [i for i, unit in enumerate(units) if any(c.isalnum() for c in unit)]
+    return [units[i] for i in keep], [delays[i] for i in keep], [elapsed[i] for i in keep] if elapsed else []
+
+
 def seconds(ms: float | None) -> float:
     """Milliseconds as seconds; NaN for a score that had nothing to score (None)."""
     return math.nan if ms is None else ms / 1000.0

@@ -78,6 +78,7 @@ from common import (
     markdown_table,
     seconds,
     speed_anchor_ms,
+    word_units,
     write_csv,
     write_report,
 )
@@ -360,6 +361,12 @@ class Talk:
                               LongformOptions(computation_aware=computation_aware))
 
 
+def words_only(out: dict[str, Any]) -> dict[str, Any]:
+    """``stream_talk``'s output without its punctuation-only word units (:func:`common.word_units`)."""
+    text, delays, elapsed = word_units(out["text"].split(), out["delays"], out["elapsed"])
+    return out | {"text": " ".join(text), "delays": delays, "elapsed": elapsed}
+
+
 def pooled(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """The streams of a set's talks as one record for the per-run figures: the decodes pooled (source ms within
     their own talk), the RSS readings in streaming order (``rss``) and per minute of the talk the highest of any
@@ -546,7 +553,8 @@ def plot(all_series: dict[str, list[dict[str, Any]]], results: Path) -> Path:
     return path
 
 
-PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "WER_norm", "StreamLAAL", "trims"]
+PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "WER_norm", "StreamLAAL", "StreamLAAL_words",
+                 "trims"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,12 +589,14 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
         options = dataclasses.replace(stream_options, initial_wait_ms=first + k * stream_options.chunk_ms / phases)
         outs = [stream_talk(loaded.engine, options, audio) for audio in loaded.audios]
         report = loaded.score(outs, computation_aware=False)
+        words = loaded.score([words_only(out) for out in outs], computation_aware=False)
         hypotheses.append(sentence_hypotheses(report))
         delays.append(sentence_delays(report))
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
                      "quality": report.scores[quality_key]}
                     | ({"WER_norm": report.scores["WER_norm"]} if quality_key != "BLEU" else {})
                     | {"StreamLAAL": seconds(report.scores["StreamLAAL"]),
+                       "StreamLAAL_words": seconds(words.scores["StreamLAAL"]),
                        "trims": pooled(outs)["costs"].extra.get("trims", 0)})
         print(markdown_table([rows[-1]], PHASE_COLUMNS).splitlines()[-1], flush=True)
     lower_better = quality_key != "BLEU"
@@ -594,8 +604,8 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
                         ("worst", max if lower_better else min)):
         rows.append({"talk": name, "config": config, "phase": label,
                      "quality": pick([r["quality"] for r in rows[:phases]])}
-                    | ({"StreamLAAL": statistics.fmean(r["StreamLAAL"] for r in rows[:phases])}
-                       if label == "mean" else {}))
+                    | ({key: statistics.fmean(r[key] for r in rows[:phases])
+                        for key in ("StreamLAAL", "StreamLAAL_words")} if label == "mean" else {}))
     return rows, PhaseRun(name, config, quality_key, hypotheses, delays, loaded.references)
 
 
@@ -694,7 +704,9 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
         f"by k/{phases} of a chunk (`initial_wait_ms` = chunk x (1 + k/{phases}); phase 0 is the grid of "
         "`longform.md`), source clock. `quality`: WER after resegmentation (%, after Whisper's EnglishTextNormalizer; "
         "`WER_norm`: after the project's normalisation) for `en-talk` and `ls-readings`, BLEU for `de-talk`; "
-        "StreamLAAL in seconds. Where the chunk boundaries fall decides which early guesses two consecutive "
+        "StreamLAAL in seconds (`StreamLAAL_words`: over the words alone, output units that are only punctuation "
+        "left out: a mark emitted on its own counts as a word unit; not kept by runs before 2026-11-29). Where the "
+        "chunk boundaries fall decides which early guesses two consecutive "
         "hypotheses agree on and where the buffer is trimmed, so one grid's figure is one draw: compare means.",
         "",
         f"Run: {run_note}.",

@@ -20,6 +20,7 @@ over the grids, and the pooled interval of B − A. It runs nothing: the logs co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import grid_statistics, markdown_table, seconds, write_report
+from common import grid_statistics, markdown_table, seconds, word_units, write_report
 from quality_latency import QUALITY, RESULTS, TASKS
 from simulst.evaluation.bootstrap import PairedInterval, bootstrap_from_stats
 from simulst.evaluation.instances import InstanceRecord, read_log
@@ -50,6 +51,14 @@ def mean_al(task: str, records: Sequence[InstanceRecord]) -> float:
     """AL in seconds (word unit, source clock, the mean over utterances), as the main table's AL column."""
     scores = score_records(records, ScoreOptions(quality_metrics=QUALITY[task][:1])).scores
     return float(seconds(scores["AL"]))
+
+
+def words_only(record: InstanceRecord) -> InstanceRecord:
+    """``record`` without its punctuation-only output units, their delays with them (:func:`common.word_units`;
+    in AL each extra unit lowers the ideal-delay line of the units after it)."""
+    units, delays, elapsed = word_units(record.prediction.split(), record.delays, record.elapsed)
+    return dataclasses.replace(record, prediction=" ".join(units), delays=delays, elapsed=elapsed,
+                               prediction_length=len(units))
 
 
 def pooled_interval(metric: str, grids_a: Sequence[Sequence[InstanceRecord]],
@@ -89,16 +98,22 @@ def main() -> None:
         rows.append({"task": args.task, "A": side_a, "B": side_b, "grids": len(grids_a), "n": interval.n,
                      f"{metric}_A": interval.a, f"{metric}_B": interval.b,
                      "AL_A": float(np.mean([mean_al(args.task, g) for g in grids_a])),
-                     "AL_B": float(np.mean([mean_al(args.task, g) for g in grids_b])), "B − A": interval.describe(),
+                     "AL_B": float(np.mean([mean_al(args.task, g) for g in grids_b])),
+                     "AL_words_A": float(np.mean([mean_al(args.task, [words_only(r) for r in g]) for g in grids_a])),
+                     "AL_words_B": float(np.mean([mean_al(args.task, [words_only(r) for r in g]) for g in grids_b])),
+                     "B − A": interval.describe(),
                      f"B − A ({second})": also.describe()})
-    columns = ["task", "A", "B", "grids", "n", f"{metric}_A", f"{metric}_B", "AL_A", "AL_B", "B − A",
+    columns = ["task", "A", "B", "grids", "n", f"{metric}_A", f"{metric}_B", "AL_A", "AL_B", "AL_words_A",
+               "AL_words_B", "B − A",
                f"B − A ({second})"]
     header = (
         "# Configurations compared over chunk grids (short-form dev set)\n\n"
         "Written by `bench/pooled_grids.py` (its docstring says how) from the logs of `bench/quality_latency.py`. "
         f"`{metric}_A` / `_B`: the corpus score of all the grids' outputs together; AL: the mean over the grids "
-        "(seconds, source clock); `B − A`: the paired bootstrap 95 % interval over utterances, each drawn with its "
-        f"outputs on every grid; `B − A ({second})`: the same for {second}.\n\n"
+        "(seconds, source clock); `AL_words`: the same over the words alone (output units that are only punctuation "
+        "left out with their delays: a mark emitted on its own counts as a word unit in AL); `B − A`: the paired "
+        "bootstrap 95 % interval over utterances, each drawn with its outputs on every grid; "
+        f"`B − A ({second})`: the same for {second}.\n\n"
     )
     page = RESULTS / grids_page(args.task)
     write_report(page, header + markdown_table(rows, columns))

@@ -19,6 +19,7 @@ from longform import (
     pooled_intervals,
     read_phase_outputs,
     rescore_phases,
+    words_only,
     write_hypotheses,
     write_phase_outputs,
     write_sentences,
@@ -155,3 +156,11 @@ def test_kept_phase_outputs_are_rescored_against_a_default_kept_elsewhere(tmp_pa
     assert f"| {expected['vs_default']} |" in page and f"| {expected['AL_vs_default']} |" in page
     rescore_phases(tmp_path / "vad", tmp_path / "base")  # a second rescore notes one rescore
     assert (tmp_path / "vad" / "longform_phases.md").read_text(encoding="utf-8").count("rescored") == 1
+
+
+def test_words_only_leaves_out_the_marks_emitted_on_their_own() -> None:
+    out = {"text": "Ask not , what your .", "delays": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "elapsed": [], "rss": [7.0]}
+    words = words_only(out)
+    assert words == {"text": "Ask not what your", "delays": [1.0, 2.0, 4.0, 5.0], "elapsed": [], "rss": [7.0]}
+    with pytest.raises(SystemExit):
+        words_only(out | {"elapsed": [1.0]})

@@ -86,6 +86,24 @@ def test_grids_are_pooled_per_utterance() -> None:
         pooled_interval("WER_whisper", a, b[:1])
 
 
+def test_words_only_drops_punctuation_units_with_their_delays() -> None:
+    from pooled_grids import mean_al, words_only
+
+    record = InstanceRecord(index=0, prediction="ask not . what your ,", delays=[500.0, 1000.0, 1500.0, 2000.0,
+                            2500.0, 3000.0], elapsed=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], reference="ask not what your",
+                            source_length=4000.0)
+    words = words_only(record)
+    assert words.prediction == "ask not what your" and words.prediction_length == 4
+    assert words.delays == [500.0, 1000.0, 2000.0, 2500.0] and words.elapsed == [1.0, 2.0, 4.0, 5.0]
+    # AL, |X| = 4000 ms over |Y*| = 4 reference words (1000 ms a step), no delay reaches |X|: over the words
+    # (500 - 0) + (1000 - 1000) + (2000 - 2000) + (2500 - 3000) = 0 in 4; with the marks as units the words after
+    # them sit further along the ideal line: 500 + 0 + (1500 - 2000) + (2000 - 3000) + (2500 - 4000) + (3000 - 5000)
+    assert mean_al("transcribe", [words]) == pytest.approx(0.0)
+    assert mean_al("transcribe", [record]) == pytest.approx((500 + 0 - 500 - 1000 - 1500 - 2000) / 6 / 1000.0)
+    with pytest.raises(SystemExit):
+        words_only(dataclasses.replace(record, delays=[1.0]))
+
+
 def test_agreement_with_offline_is_pooled_over_grids_and_grid_variants_are_not_paired() -> None:
     from translate_agreement import GRID, parse_pool, pooled_rows
 

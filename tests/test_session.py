@@ -211,6 +211,18 @@ def test_a_sentence_end_that_ends_the_hypothesis_is_held() -> None:
     assert held_sentence_end((), Hypothesis((), 0.0, finished=True), tok) == 0
 
 
+def test_a_mark_where_the_previous_hypothesis_ended_in_a_sentence_end_waits_for_a_word() -> None:
+    tok = ToyTokenizer(["<eos>", " not", ".", " what", "?", ","])
+    went_on = Hypothesis((1, 5, 3), 0.0)  # "not, what": the held "." became a comma
+    assert held_sentence_end((1, 5), went_on, tok, previous=(1, 2)) == 1  # after "not.": the comma waits
+    assert held_sentence_end((1, 5, 3), went_on, tok, previous=(1, 2)) == 3  # with the word after it: commit
+    assert held_sentence_end((1, 2), Hypothesis((1, 2, 3), 0.0), tok, previous=(1, 2)) == 1  # "." kept: waits too
+    assert held_sentence_end((1, 5), went_on, tok, previous=(1, 5)) == 2  # after "not,": no sentence end was held
+    assert held_sentence_end((1, 5), went_on, tok, previous=(1, 2, 3)) == 2  # the previous text went on
+    assert held_sentence_end((3, 5), went_on, tok, previous=(1, 2)) == 2  # another text before it
+    assert held_sentence_end((1, 5), went_on, tok) == 2  # (no previous decode)
+
+
 class PauseToy(ToySpeechModel):
     """Hears " ask" at 0.7 s, " not" at 1.4 s, then a pause, " what" at 3.5 s and " your" at 4.2 s; its text
     ends with "." wherever the audio read stops, and once a "." it did not hear as a sentence end is in its

@@ -54,10 +54,12 @@ class StreamOptions:
             audio read twice) (:func:`~simulst.sequences.loop_free_length`); a chunk's search (greedy or beam) stops
             where its best hypothesis runs into such a loop, since nothing after it would be committed.
         hold_sentence_end: a chunk does not commit a full stop, question or exclamation mark that ends its best
-            hypothesis, until the hypothesis goes on past it (a decode committed whole commits it). Why: a decode
-            whose audio stops in a pause ends the text there ("Ask not." for "ask not ... what your country"),
-            and a committed full stop makes the model start a new sentence after it ("Watch your country") and
-            lets the buffer be trimmed in mid-sentence. The speech model's commits only (a cascade's MT stage
+            hypothesis, until the hypothesis goes on past it, and the mark the next decode writes in its place (kept,
+            or a comma) only with a word after it (a decode committed whole commits it). Why: a decode whose audio
+            stops in a pause ends the text there ("Ask not." for "ask not ... what your country"), and a committed
+            full stop makes the model start a new sentence after it ("Watch your country") and lets the buffer be
+            trimmed in mid-sentence; a comma committed alone in its place forces a run-on the model may find
+            unlikely. The speech model's commits only (a cascade's MT stage
             commits as before). Off by default: see ``docs/transcribe-translate.md``.
         segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
             behind the last committed sentence end (located in the audio by the model's token timing) once at
@@ -119,8 +121,9 @@ class StreamOptions:
         "a 12-token span a third time within 100 tokens, or a 6-token span again within 60 tokens (a chunk's search "
         "stops at such a loop)", group=ONLINE))
     hold_sentence_end: bool = field(default=False, metadata=flag(
-        "--hold-sentence-end", "commit a full stop, question or exclamation mark that ends the best hypothesis only "
-        "once the text goes on past it (or its segment ends): a pause does not end a sentence", group=ONLINE))
+        "--hold-sentence-end", "commit a full stop, question or exclamation mark that ends the best hypothesis, "
+        "or the mark written in its place, only with a word after it (or when its segment ends): a pause does not "
+        "end a sentence", group=ONLINE))
     segment_s: float = field(default=5.0, metadata=flag(
         "--segment-s", "trim the audio buffer behind the last committed sentence once it is longer than S seconds",
         group=LONG_FORM, metavar="S"))

@@ -188,30 +188,43 @@ def target_tokens(
     state: PolicyState,
     context: PolicyContext,
     hold_sentence_end: bool = False,
+    previous: Sequence[int] = (),
 ) -> Sequence[int]:
     """The tokens a chunk's hypotheses (best first; empty: nothing decoded) justify committing
-    (``hold_sentence_end``: less a sentence end that ends the best hypothesis, :func:`held_sentence_end`)."""
+    (``hold_sentence_end``: less a mark that only the end of the audio read justifies, :func:`held_sentence_end`;
+    ``previous``: the previous chunk decode's best hypothesis)."""
     if final:
         return hyps[0].tokens if hyps else committed
     if not hyps:
         return committed
     stable = policy.stable_prefix(hyps, state, context)
     stable = stable[: whole_words(stable, hyps[0], context.tokenizer)]
-    return stable[: held_sentence_end(stable, hyps[0], context.tokenizer)] if hold_sentence_end else stable
+    if hold_sentence_end:
+        return stable[: held_sentence_end(stable, hyps[0], context.tokenizer, previous)]
+    return stable
 
 
-def held_sentence_end(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:
-    """Length of ``stable`` without a sentence end that only the end of the audio read justifies: a full stop,
-    question or exclamation mark (a punctuation-only token) that is the best hypothesis's last token is held
-    until the hypothesis continues past it (or the source, or its segment, ends: the whole best hypothesis is then
-    committed).
+def held_sentence_end(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer,
+                      previous: Sequence[int] = ()) -> int:
+    """Length of ``stable`` without a mark that only the end of the audio read justifies:
+    - a full stop, question or exclamation mark (a punctuation-only token) that is the best hypothesis's last token
+      is held until the hypothesis continues past it;
+    - a punctuation-only token where the ``previous`` chunk decode's best hypothesis ended in such a mark (the
+      held mark, kept or replaced: "truth." then "truth, tell me") is held until a word after it is committed too.
+    (When the source or its segment ends, the whole best hypothesis is committed.)
 
     Why: a decode whose audio stops in a pause ends its text there, so "ask not" before a pause reads "Ask not.";
     once committed, that full stop makes the model start a new sentence after it ("Watch your country" for "what
-    your country") and lets the buffer be trimmed in mid-sentence."""
+    your country") and lets the buffer be trimmed in mid-sentence. A comma that replaces it, committed alone, forces
+    a run-on sentence the model may find unlikely, and the low-confidence guard then holds every decode after it."""
     k = len(stable)
     last = stable[k - 1] if k else None
-    if last is not None and k == len(best.tokens) and tokenizer.is_punctuation(last) and ends_sentence(last, tokenizer):
+    if last is None or not tokenizer.is_punctuation(last):
+        return k
+    if k == len(best.tokens) and ends_sentence(last, tokenizer):
+        return k - 1
+    if (len(previous) == k and tokenizer.is_punctuation(previous[k - 1]) and ends_sentence(previous[k - 1], tokenizer)
+            and tuple(previous[: k - 1]) == tuple(stable[: k - 1])):
         return k - 1
     return k
 

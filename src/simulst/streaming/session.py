@@ -193,7 +193,7 @@ class Session(OutputView):
         start = time.perf_counter()
         committed = st.output.committed
         target = target_tokens(decoded.hyps, reason.commits_whole, committed, self.policy, st.policy, self.context,
-                               self.options.hold_sentence_end)
+                               self.options.hold_sentence_end, self._previous_best)
         if not reason.commits_whole:
             if decoded.hyps:
                 target = self.guards.sure_words(target, decoded.hyps[0], self._previous_best, len(committed),
