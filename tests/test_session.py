@@ -258,6 +258,43 @@ def test_hold_sentence_end_commits_no_full_stop_in_a_pause() -> None:
     assert [(e.text, e.source_ms) for e in plain] == [("ask", 2000), (" not.", 3000)]
 
 
+class CommaToy(PauseToy):
+    """:class:`PauseToy` that, once it hears " what", writes a comma where it wrote the full stop: "ask not." in the
+    pause, then "ask not, what."."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokenizer.pieces.append(",")
+        self.comma = len(self.tokenizer.pieces) - 1
+        self.vocab_size += 1
+        self.spoken = [*self.target[:2], self.comma, *self.target[2:]]  # ask not , what your
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        heard = sum(t <= audio_samples for t in self.times)
+        i = len(tokens)
+        if list(tokens) != self.spoken[:i]:
+            return {EOS: 0.95, 1: 0.05}
+        if i == 2:  # after "not": a comma once the speaker went on, else the end of the audio read
+            return {self.comma: 0.9, EOS: 0.1} if heard > 2 else {self.dot: 0.9, EOS: 0.1}
+        words = i - (i > 2)
+        return {self.spoken[i]: 0.95, EOS: 0.05} if words < heard else {self.dot: 0.9, EOS: 0.1}
+
+
+def test_hold_sentence_end_commits_the_comma_that_replaces_a_held_full_stop_only_with_a_word() -> None:
+    # hold-2 (the best hypothesis less its last two tokens), 1 s chunks: 2 s "ask not ." -> "ask"; 3 s the same;
+    # 4 s "ask not , what ." -> "ask not ,", but the previous decode ended "not ." there: the comma waits -> " not";
+    # 5 s "ask not , what your ." -> ", what"; the end commits " your.".
+    session = Session(CommaToy(), dataclasses.replace(options("hold-2"), hold_sentence_end=True))
+    emissions = push_in_pieces(session, tone(5000), 1000)
+    assert [(e.text, e.source_ms) for e in emissions] == [
+        ("ask", 2000), (" not", 4000), (", what", 5000), (" your.", 5000)
+    ]
+    # without the option 4 s commits the comma alone
+    plain = push_in_pieces(Session(CommaToy(), options("hold-2")), tone(5000), 1000)
+    assert [(e.text, e.source_ms) for e in plain] == [("ask", 2000), (" not,", 4000), (" what", 5000),
+                                                       (" your.", 5000)]
+
+
 def test_bad_audio_is_rejected() -> None:
     session = Session(ToySpeechModel(), options())
     with pytest.raises(AudioError):

@@ -59,8 +59,8 @@ class StreamOptions:
             stops in a pause ends the text there ("Ask not." for "ask not ... what your country"), and a committed
             full stop makes the model start a new sentence after it ("Watch your country") and lets the buffer be
             trimmed in mid-sentence; a comma committed alone in its place forces a run-on the model may find
-            unlikely. The speech model's commits only (a cascade's MT stage
-            commits as before). Off by default: see ``docs/transcribe-translate.md``.
+            unlikely. The speech model's commits only (a cascade's MT stage commits as before). Off by default: see
+            ``docs/transcribe-translate.md``.
         segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
             behind the last committed sentence end (located in the audio by the model's token timing) once at
             least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
