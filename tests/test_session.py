@@ -232,30 +232,44 @@ class PauseToy(ToySpeechModel):
 
     def __init__(self) -> None:
         super().__init__("ask not what your")
-        self.tokenizer.pieces.append(".")
-        self.dot = len(self.tokenizer.pieces) - 1
+        self.dot = self.add_piece(".")
+
+    def add_piece(self, text: str) -> int:
+        """Add ``text`` to the vocabulary; its token id."""
+        self.tokenizer.pieces.append(text)
         self.vocab_size += 1
+        return len(self.tokenizer.pieces) - 1
+
+    def heard(self, audio_samples: int) -> int:
+        """The words spoken within the first ``audio_samples``."""
+        return sum(t <= audio_samples for t in self.times)
 
     def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
-        heard = sum(t <= audio_samples for t in self.times)
+        heard = self.heard(audio_samples)
         i = len(tokens)
         if list(tokens) == self.target[:i]:
             return {self.target[i]: 0.95, EOS: 0.05} if i < heard else {self.dot: 0.9, EOS: 0.1}
         return {EOS: 0.95, 1: 0.05}
 
 
+def with_and_without_hold(toy: type[PauseToy], policy: str) -> tuple[list[tuple[str, float]], ...]:
+    """(text, source_ms) of each emission of ``toy`` streamed 5 s in 1 s chunks under ``policy``, with
+    --hold-sentence-end and without it."""
+    runs = []
+    for hold in (True, False):
+        session = Session(toy(), dataclasses.replace(options(policy), hold_sentence_end=hold))
+        runs.append([(e.text, e.source_ms) for e in push_in_pieces(session, tone(5000), 1000)])
+    return tuple(runs)
+
+
 def test_hold_sentence_end_commits_no_full_stop_in_a_pause() -> None:
     # --hold-sentence-end, LA-2, 1 s chunks: 1 s "ask.", 2 s "ask not." -> "ask"; 3 s "ask not." again (the pause)
     # -> " not", its full stop held; 4 s "ask not what." -> nothing new; 5 s "ask not what your." -> " what"; the
     # end commits " your.".
-    session = Session(PauseToy(), dataclasses.replace(options("la-2"), hold_sentence_end=True))
-    emissions = push_in_pieces(session, tone(5000), 1000)
-    assert [(e.text, e.source_ms) for e in emissions] == [
-        ("ask", 2000), (" not", 3000), (" what", 5000), (" your.", 5000)
-    ]
+    held, plain = with_and_without_hold(PauseToy, "la-2")
+    assert held == [("ask", 2000), (" not", 3000), (" what", 5000), (" your.", 5000)]
     # without the option (the default) 3 s commits " not." and the toy has nothing to add after it
-    plain = push_in_pieces(Session(PauseToy(), options("la-2")), tone(5000), 1000)
-    assert [(e.text, e.source_ms) for e in plain] == [("ask", 2000), (" not.", 3000)]
+    assert plain == [("ask", 2000), (" not.", 3000)]
 
 
 class CommaToy(PauseToy):
@@ -264,13 +278,11 @@ class CommaToy(PauseToy):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tokenizer.pieces.append(",")
-        self.comma = len(self.tokenizer.pieces) - 1
-        self.vocab_size += 1
+        self.comma = self.add_piece(",")
         self.spoken = [*self.target[:2], self.comma, *self.target[2:]]  # ask not , what your
 
     def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
-        heard = sum(t <= audio_samples for t in self.times)
+        heard = self.heard(audio_samples)
         i = len(tokens)
         if list(tokens) != self.spoken[:i]:
             return {EOS: 0.95, 1: 0.05}
@@ -284,15 +296,10 @@ def test_hold_sentence_end_commits_the_comma_that_replaces_a_held_full_stop_only
     # hold-2 (the best hypothesis less its last two tokens), 1 s chunks: 2 s "ask not ." -> "ask"; 3 s the same;
     # 4 s "ask not , what ." -> "ask not ,", but the previous decode ended "not ." there: the comma waits -> " not";
     # 5 s "ask not , what your ." -> ", what"; the end commits " your.".
-    session = Session(CommaToy(), dataclasses.replace(options("hold-2"), hold_sentence_end=True))
-    emissions = push_in_pieces(session, tone(5000), 1000)
-    assert [(e.text, e.source_ms) for e in emissions] == [
-        ("ask", 2000), (" not", 4000), (", what", 5000), (" your.", 5000)
-    ]
+    held, plain = with_and_without_hold(CommaToy, "hold-2")
+    assert held == [("ask", 2000), (" not", 4000), (", what", 5000), (" your.", 5000)]
     # without the option 4 s commits the comma alone
-    plain = push_in_pieces(Session(CommaToy(), options("hold-2")), tone(5000), 1000)
-    assert [(e.text, e.source_ms) for e in plain] == [("ask", 2000), (" not,", 4000), (" what", 5000),
-                                                       (" your.", 5000)]
+    assert plain == [("ask", 2000), (" not,", 4000), (" what", 5000), (" your.", 5000)]
 
 
 def test_bad_audio_is_rejected() -> None:

@@ -218,15 +218,19 @@ def held_sentence_end(stable: Sequence[int], best: Hypothesis, tokenizer: Tokeni
     your country") and lets the buffer be trimmed in mid-sentence. A comma that replaces it, committed alone, forces
     a run-on sentence the model may find unlikely, and the low-confidence guard then holds every decode after it."""
     k = len(stable)
-    last = stable[k - 1] if k else None
-    if last is None or not tokenizer.is_punctuation(last):
+    if k == 0 or not tokenizer.is_punctuation(stable[k - 1]):
         return k
-    if k == len(best.tokens) and ends_sentence(last, tokenizer):
+    if k == len(best.tokens) and _sentence_mark(stable[k - 1], tokenizer):
         return k - 1
-    if (len(previous) == k and tokenizer.is_punctuation(previous[k - 1]) and ends_sentence(previous[k - 1], tokenizer)
+    if (len(previous) == k and _sentence_mark(previous[k - 1], tokenizer)
             and tuple(previous[: k - 1]) == tuple(stable[: k - 1])):
         return k - 1
     return k
+
+
+def _sentence_mark(token: int, tokenizer: Tokenizer) -> bool:
+    """True for a punctuation-only token that ends a sentence (a full stop, question or exclamation mark)."""
+    return tokenizer.is_punctuation(token) and ends_sentence(token, tokenizer)
 
 
 def whole_words(stable: Sequence[int], best: Hypothesis, tokenizer: Tokenizer) -> int:
