@@ -107,6 +107,7 @@ SETS = ROOT / "out" / "longform"
 RESULTS = ROOT / "bench" / "results"
 TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
          "ls": ("ls-readings", ModelOptions("whisper-tiny.en")),
+         "mix": ("en-mix", ModelOptions("whisper-tiny.en")),
          "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate")),
          "fr": ("fr-talk", ModelOptions("whisper-base", language="fr", task="translate"))}
 # config -> (the talk's task's preset, stream options changed over it, model options changed over it): `default` is
@@ -144,7 +145,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "low-beam3": ("low", {"search": SearchOptions("beam", beam=3)}, {}),
     "accurate-beam-3-la-2": ("accurate", {"search": SearchOptions("beam", beam=3),
                                           "policy": PolicyOptions.parse("la-2")}, {}),
-    "c1000-la-2": ("balanced", {"chunk_ms": 1000.0, "policy": PolicyOptions.parse("la-2")}, {}),  # balanced's beam
+    "c1000-la-2": ("balanced", {"chunk_ms": 1000.0, "policy": PolicyOptions.parse("la-2"),
+                                "hold_sentence_end": False}, {}),  # balanced's beam, as measured (before the hold)
     "c500": ("balanced", {"chunk_ms": 500.0}, {}),  # (the transcribe balanced preset since 2026-11-27 17:38 UTC)
     "c450": ("balanced", {"chunk_ms": 450.0}, {}),
     "c800-la-2": ("balanced", {"chunk_ms": 800.0, "policy": PolicyOptions.parse("la-2")}, {}),
@@ -158,7 +160,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "beam-5-ba-2": ("balanced", {"search": SearchOptions("beam", beam=5), "policy": PolicyOptions.parse("ba-2")}, {}),
     "beam-2": ("balanced", {"search": SearchOptions("beam", beam=2), "policy": PolicyOptions.parse("la-2")}, {}),
     "greedy-la-2": ("balanced", {"search": SearchOptions(), "policy": PolicyOptions.parse("la-2")}, {}),
-    "hold-end": ("balanced", {"hold_sentence_end": True}, {}),  # a sentence end that ends the hypothesis waits
+    "hold-end": ("balanced", {"hold_sentence_end": True}, {}),  # (the transcribe balanced preset since 2026-11-29)
+    "no-hold-end": ("balanced", {"hold_sentence_end": False}, {}),  # (it before): a sentence end committed at once
+    "low-hold-end": ("low", {"hold_sentence_end": True}, {}),
+    "accurate-hold-end": ("accurate", {"hold_sentence_end": True}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -646,11 +651,12 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
             for part in ([[run] for run in group] + ([group] if len(group) > 1 else []))]
 
 
-def sentence_clusters(runs: Sequence[PhaseRun]) -> list[tuple[str, str]]:
-    """The bootstrap's unit of each reference sentence of ``runs`` (in order): its talk and its text. The English
-    talk says each of its 6 utterances 11 times, and an error the model makes on one sentence it mostly makes on
-    every copy: the copies are one draw, not 11 (the LibriSpeech readings' 50 sentences are all distinct)."""
-    return [(run.talk, reference) for run in runs for reference in run.references]
+def sentence_clusters(runs: Sequence[PhaseRun]) -> list[str]:
+    """The bootstrap's unit of each reference sentence of ``runs`` (in order): its text. The English talk says each
+    of its 6 utterances 11 times, and an error the model makes on one sentence it mostly makes on every copy: the
+    copies are one draw, not 11; the same holds across talks that share sentences (``en-mix`` says every sentence of
+    the English talk and of the LibriSpeech readings once), so pooled talks resample each text once."""
+    return [reference for run in runs for reference in run.references]
 
 
 PHASE_POOLED_COLUMNS = ["metric", "config", "talks", "phases", "sentences", "clusters", "quality", "default_quality",
@@ -703,7 +709,7 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
         f"Written by `bench/longform.py --phases {phases}`: each run's talk streamed on {phases} chunk grids shifted "
         f"by k/{phases} of a chunk (`initial_wait_ms` = chunk x (1 + k/{phases}); phase 0 is the grid of "
         "`longform.md`), source clock. `quality`: WER after resegmentation (%, after Whisper's EnglishTextNormalizer; "
-        "`WER_norm`: after the project's normalisation) for `en-talk` and `ls-readings`, BLEU for `de-talk`; "
+        "`WER_norm`: after the project's normalisation) for `en-talk`, `en-mix` and `ls-readings`, BLEU for `de-talk`; "
         "StreamLAAL in seconds (`StreamLAAL_words`: over the words alone, output units that are only punctuation "
         "left out: a mark emitted on its own counts as a word unit; not kept by runs before 2026-11-29). Where the "
         "chunk boundaries fall decides which early guesses two consecutive "
@@ -755,7 +761,7 @@ def rescore_phases(results: Path, default_from: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default=DEFAULT_RUNS,
-                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, ls, de; configs: "
+                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, mix, ls, de, fr; configs: "
                              f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
     parser.add_argument("--phases", type=int, default=0,

@@ -2,6 +2,9 @@
 
 * ``en-talk``: jfk + the 5 fleurs-en-dev utterances joined with pauses of 0.3-2 s (seeded), repeated until the talk
   lasts about ``--minutes`` (10 by default); reference sentences = the transcripts.
+* ``en-mix``: every English dev utterance once - jfk, fleurs-en-dev, then librispeech-other-dev in id order - joined
+  the same way: a talk of 56 distinct sentences (the ``en-talk`` repeats 6), so that a comparison over it resamples
+  56 sentences, not 6.
 * ``de-talk`` / ``fr-talk``: each language's fleurs-multi utterances joined the same way (once); reference
   sentences = their English references (``references.en.tsv``), for X→English translation.
 * ``ls-readings``: 5 talks, one per speaker of ``librispeech-other-dev`` (LibriSpeech test-other): the speaker's 10
@@ -145,6 +148,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     write_talk("en-talk", english(), args.out, args.minutes, args.seed)
+    readings = [utterance for chapter in librispeech_readings().values() for utterance in chapter]
+    write_talk("en-mix", english() + readings, args.out, 0.0, args.seed)
     for lang in ("de", "fr"):
         write_talk(f"{lang}-talk", x_to_english(lang), args.out, 0.0, args.seed)
     write_set("ls-readings", librispeech_readings(), args.out)
