@@ -147,12 +147,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "longform")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    write_talk("en-talk", english(), args.out, args.minutes, args.seed)
-    readings = [utterance for chapter in librispeech_readings().values() for utterance in chapter]
-    write_talk("en-mix", english() + readings, args.out, 0.0, args.seed)
+    utterances, readings = english(), librispeech_readings()
+    write_talk("en-talk", utterances, args.out, args.minutes, args.seed)
+    write_talk("en-mix", utterances + [u for chapter in readings.values() for u in chapter], args.out, 0.0, args.seed)
     for lang in ("de", "fr"):
         write_talk(f"{lang}-talk", x_to_english(lang), args.out, 0.0, args.seed)
-    write_set("ls-readings", librispeech_readings(), args.out)
+    write_set("ls-readings", readings, args.out)
 
 
 if __name__ == "__main__":
