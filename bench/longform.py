@@ -50,6 +50,14 @@ config alone is compared with a default run before it, as the runs are determini
 
     .venv/bin/python bench/longform.py --phases-rescore --out bench/results/longform_phases_ctc \
         --default-from bench/results/longform_phases_vad
+
+With ``--from SOURCE`` (repeated) it instead merges the outputs kept in several folders into ``--out`` (its csv and
+tsv written anew, then its page): a SOURCE is ``DIR`` (all its runs), ``DIR:CONFIG`` (that config's runs) or
+``DIR:CONFIG=NAME`` (those, named NAME here). A talk and config kept by two sources must have the same outputs (it is
+then read once). ``--baseline CONFIG`` compares the other configs with CONFIG instead of ``default``::
+
+    .venv/bin/python bench/longform.py --phases-rescore --out bench/results/longform_phases_hold_mark_mix/low \
+        --from bench/results/longform_phases_hold_mark_mix/low --baseline low
 """
 
 from __future__ import annotations
@@ -164,6 +172,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "no-hold-end": ("balanced", {"hold_sentence_end": False}, {}),  # (it before): a sentence end committed at once
     "low-hold-end": ("low", {"hold_sentence_end": True}, {}),
     "accurate-hold-end": ("accurate", {"hold_sentence_end": True}, {}),
+    "segment-6": ("balanced", {"segment_s": 6.0}, {}),  # (transcription: trimmed behind a sentence end past 6 s)
+    "segment-8": ("balanced", {"segment_s": 8.0}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -559,7 +569,7 @@ def plot(all_series: dict[str, list[dict[str, Any]]], results: Path) -> Path:
 
 
 PHASE_COLUMNS = ["talk", "config", "phase", "initial_wait_ms", "quality", "WER_norm", "StreamLAAL", "StreamLAAL_words",
-                 "trims"]
+                 "trims", "enc_frames_s", "dec_positions_s"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -597,12 +607,15 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
         words = loaded.score([words_only(out) for out in outs], computation_aware=False)
         hypotheses.append(sentence_hypotheses(report))
         delays.append(sentence_delays(report))
+        costs = pooled(outs)["costs"]
         rows.append({"talk": name, "config": config, "phase": str(k), "initial_wait_ms": options.initial_wait_ms,
                      "quality": report.scores[quality_key]}
                     | ({"WER_norm": report.scores["WER_norm"]} if quality_key != "BLEU" else {})
                     | {"StreamLAAL": seconds(report.scores["StreamLAAL"]),
                        "StreamLAAL_words": seconds(words.scores["StreamLAAL"]),
-                       "trims": pooled(outs)["costs"].extra.get("trims", 0)})
+                       "trims": costs.extra.get("trims", 0),
+                       "enc_frames_s": costs.encoder_frames / loaded.duration_s,
+                       "dec_positions_s": costs.decoder_positions / loaded.duration_s})
         print(markdown_table([rows[-1]], PHASE_COLUMNS).splitlines()[-1], flush=True)
     lower_better = quality_key != "BLEU"
     for label, pick in (("mean", statistics.fmean), ("best", min if lower_better else max),
@@ -610,21 +623,23 @@ def phase_rows(talk: str, config: str, sets: Path, phases: int) -> tuple[list[di
         rows.append({"talk": name, "config": config, "phase": label,
                      "quality": pick([r["quality"] for r in rows[:phases]])}
                     | ({key: statistics.fmean(r[key] for r in rows[:phases])
-                        for key in ("StreamLAAL", "StreamLAAL_words")} if label == "mean" else {}))
+                        for key in ("StreamLAAL", "StreamLAAL_words", "enc_frames_s", "dec_positions_s")}
+                       if label == "mean" else {}))
     return rows, PhaseRun(name, config, quality_key, hypotheses, delays, loaded.references)
 
 
-def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
-    """Per config run beside ``default`` on the same grids: its quality and the default's over all the grids of
-    each talk, and over all the talks of one metric both ran on where there are several, with the paired bootstrap
-    interval (95 %, 1000 resamples) of the difference; the same for StreamLAAL (the mean over every sentence and
-    grid with output). A resample draws reference sentences, each with its outputs on every grid (the statistics of
-    a sentence are summed over the grids): the grids of one sentence are not independent draws, the sentences are."""
-    defaults = {run.talk: run for run in runs if run.config == "default"}
+def phase_intervals(runs: list[PhaseRun], baseline: str = "default") -> list[dict[str, Any]]:
+    """Per config run beside the ``baseline`` config on the same grids: its quality and the baseline's over all the
+    grids of each talk, and over all the talks of one metric both ran on where there are several, with the paired
+    bootstrap interval (95 %, 1000 resamples) of the difference; the same for StreamLAAL (the mean over every
+    sentence and grid with output). A resample draws reference sentences, each with its outputs on every grid (the
+    statistics of a sentence are summed over the grids): the grids of one sentence are not independent draws, the
+    sentences are. (The columns name the baseline ``default``.)"""
+    defaults = {run.talk: run for run in runs if run.config == baseline}
     groups: dict[tuple[str, str], list[PhaseRun]] = {}
     for run in runs:
         base = defaults.get(run.talk)
-        if run.config != "default" and base is not None and len(base.hypotheses) == len(run.hypotheses):
+        if run.config != baseline and base is not None and len(base.hypotheses) == len(run.hypotheses):
             groups.setdefault((run.metric, run.config), []).append(run)
 
     stats = {(run.talk, run.config): grid_statistics(run.metric, run.hypotheses, run.references)
@@ -632,12 +647,12 @@ def phase_intervals(runs: list[PhaseRun]) -> list[dict[str, Any]]:
     delay_stats = {(run.talk, run.config): grid_delay_statistics(run.delays) for run in runs}
 
     def row(metric: str, config: str, group: list[PhaseRun]) -> dict[str, Any]:
-        base_stats = np.concatenate([stats[(run.talk, "default")][0] for run in group])
+        base_stats = np.concatenate([stats[(run.talk, baseline)][0] for run in group])
         run_stats = np.concatenate([stats[(run.talk, run.config)][0] for run in group])
         clusters = sentence_clusters(group)
         interval = bootstrap_from_stats(metric, base_stats, run_stats, stats[(group[0].talk, config)][1],
                                         clusters=clusters)
-        base_delays = np.concatenate([delay_stats[(run.talk, "default")][0] for run in group])
+        base_delays = np.concatenate([delay_stats[(run.talk, baseline)][0] for run in group])
         run_delays = np.concatenate([delay_stats[(run.talk, run.config)][0] for run in group])
         delay = bootstrap_from_stats("StreamLAAL", base_delays, run_delays, delay_stats[(group[0].talk, config)][1],
                                      clusters=clusters)
@@ -698,11 +713,11 @@ def read_phase_outputs(results: Path) -> tuple[list[dict[str, Any]], list[PhaseR
 
 
 def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str, results: Path,
-                 default_from: Path | None = None) -> None:
-    """``longform_phases.md`` in ``results``: the table, and each config against the ``default`` among ``runs``
-    (kept in ``default_from`` when given: its folder is named)."""
+                 default_from: Path | None = None, baseline: str = "default") -> None:
+    """``longform_phases.md`` in ``results``: the table, and each config against the ``baseline`` config among
+    ``runs`` (the ``default`` kept in ``default_from`` when given: its folder is named)."""
     phases = max(len(run.hypotheses) for run in runs)
-    pooled_rows = phase_intervals(runs)
+    pooled_rows = phase_intervals(runs, baseline)
     lines = [
         "# Long-form streaming over chunk phases",
         "",
@@ -711,7 +726,9 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
         "`longform.md`), source clock. `quality`: WER after resegmentation (%, after Whisper's EnglishTextNormalizer; "
         "`WER_norm`: after the project's normalisation) for `en-talk`, `en-mix` and `ls-readings`, BLEU for `de-talk`; "
         "StreamLAAL in seconds (`StreamLAAL_words`: over the words alone, output units that are only punctuation "
-        "left out: a mark emitted on its own counts as a word unit; not kept by runs before 2026-11-29). Where the "
+        "left out: a mark emitted on its own counts as a word unit; not kept by runs before 2026-11-29); "
+        "`enc_frames_s` / `dec_positions_s`: encoder input frames / decoder token positions computed per second of "
+        "audio, the hardware-free compute (not kept by runs before 2026-11-29 09:00 UTC). Where the "
         "chunk boundaries fall decides which early guesses two consecutive "
         "hypotheses agree on and where the buffer is trimmed, so one grid's figure is one draw: compare means.",
         "",
@@ -722,9 +739,11 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
     if pooled_rows:
         lines += [
             "",
-            "## Against the default over all grids",
+            "## Against the default over all grids" if baseline == "default"
+            else f"## Against `{baseline}` over all grids",
             "",
-            "Each config's quality and the `default` run's"
+            ("Each config's quality and the `default` run's" if baseline == "default"
+             else f"Each config's quality and the `{baseline}` run's (the columns `default_*` and `*vs_default`)")
             + (f" (kept in [`{default_from.name}/`](../{default_from.name}/longform_phases.md): the same grids, the "
                "same default, deterministic)" if default_from is not None else "")
             + " over every grid of each talk, and of every talk of one metric both ran on, with the paired "
@@ -743,19 +762,59 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
 RESCORED = "; rescored from the kept outputs"
 
 
-def rescore_phases(results: Path, default_from: Path | None) -> None:
-    """Write ``results``' phase page again from its kept outputs (see the module notes); its run note is kept."""
-    rows, runs = read_phase_outputs(results)
+MERGED = "; outputs merged from "
+
+
+def merge_phase_outputs(sources: Sequence[str]) -> tuple[list[dict[str, Any]], list[PhaseRun]]:
+    """The outputs kept in several folders as one, in the order of ``sources`` (each ``DIR``, ``DIR:CONFIG`` or
+    ``DIR:CONFIG=NAME``: see the module notes). A talk and config kept by two sources is read once where their
+    outputs are equal, else SystemExit; so is a source naming a config its folder does not keep."""
+    rows: list[dict[str, Any]] = []
+    runs: dict[tuple[str, str], PhaseRun] = {}
+    for source in sources:
+        folder, _, pick = source.partition(":")
+        config, _, name = pick.partition("=")
+        kept_rows, kept_runs = read_phase_outputs(Path(folder))
+        picked = [run for run in kept_runs if not config or run.config == config]
+        if not picked:
+            raise SystemExit(f"--from {source}: {folder} keeps no runs" + (f" of {config}" if config else ""))
+        for run in picked:
+            renamed = dataclasses.replace(run, config=name or run.config)
+            key = (renamed.talk, renamed.config)
+            if key in runs:
+                if runs[key] != renamed:
+                    raise SystemExit(f"--from {source}: {renamed.talk} {renamed.config} is kept by an earlier "
+                                     "source with other outputs")
+                continue
+            runs[key] = renamed
+            rows += [row | {"config": renamed.config} for row in kept_rows
+                     if row["talk"] == run.talk and row["config"] == run.config]
+    return rows, list(runs.values())
+
+
+def rescore_phases(results: Path, default_from: Path | None, sources: Sequence[str] = (),
+                   baseline: str = "default") -> None:
+    """Write ``results``' phase page again from its kept outputs, or (``sources``) from those of several folders,
+    which it then keeps (see the module notes); its run note is kept, the sources added to it."""
+    if sources and default_from is not None:
+        raise SystemExit("--from and --default-from: give one or the other")
+    rows, runs = merge_phase_outputs(sources) if sources else read_phase_outputs(results)
     if default_from is not None:
         talks = {run.talk for run in runs}
         runs = [run for run in read_phase_outputs(default_from)[1]
                 if run.config == "default" and run.talk in talks] + [run for run in runs if run.config != "default"]
+    if baseline not in {run.config for run in runs}:
+        raise SystemExit(f"--baseline {baseline}: no such config among {sorted({run.config for run in runs})}")
     page = results / "longform_phases.md"
     old = page.read_text(encoding="utf-8").splitlines() if page.is_file() else []
-    notes = [line.removeprefix("Run: ").removesuffix(".").partition(RESCORED)[0] for line in old
-             if line.startswith("Run: ")]
-    write_phases(rows, runs, (notes[0] if notes else "not recorded") + RESCORED
-                 + f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", results, default_from)
+    notes = [line.removeprefix("Run: ").removesuffix(".").partition(RESCORED)[0].partition(MERGED)[0]
+             for line in old if line.startswith("Run: ")]
+    note = (notes[0] if notes else "not recorded") + (MERGED + ", ".join(f"`{s}`" for s in sources) if sources else "")
+    if sources:
+        results.mkdir(parents=True, exist_ok=True)
+        write_phase_outputs(rows, runs, results)
+    write_phases(rows, runs, note + RESCORED + f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", results,
+                 default_from, baseline)
 
 
 def main() -> None:
@@ -771,11 +830,17 @@ def main() -> None:
                         help="run nothing: write the page of the phase outputs kept in --out again")
     parser.add_argument("--default-from", type=Path,
                         help="with --phases-rescore: compare with the default runs kept in this folder")
+    parser.add_argument("--from", dest="sources", action="append", default=[], metavar="DIR[:CONFIG[=NAME]]",
+                        help="with --phases-rescore: merge the outputs kept in these folders into --out (repeat it; "
+                             "see the notes above)")
+    parser.add_argument("--baseline", default="default",
+                        help="with --phases or --phases-rescore: the config the others are compared with "
+                             "(default: default)")
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help="the folder the results are written to (default bench/results)")
     args = parser.parse_args()
     if args.phases_rescore:
-        rescore_phases(args.out, args.default_from)
+        rescore_phases(args.out, args.default_from, args.sources, args.baseline)
         return
     load_before = load_average()
     runs = []
@@ -799,7 +864,8 @@ def main() -> None:
             phase_runs.append(phase_run)
         write_phase_outputs(phase_tables, phase_runs, args.out)
         write_phases(phase_tables, phase_runs,
-                     f"{machine_note(load_before)} (quality does not depend on the machine's speed)", args.out)
+                     f"{machine_note(load_before)} (quality does not depend on the machine's speed)", args.out,
+                     baseline=args.baseline)
         return
     anchor_ms = speed_anchor_ms()
     rows, all_series, hypotheses, references = [], {}, [], []
@@ -851,7 +917,8 @@ def main() -> None:
         "--chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate long-form configuration: fewer, later "
         "commits and fewer trims in mid-sentence; `segment-10`: "
         "`--segment-s 10 --max-buffer-s 16` (the transcribe default's cuts); `buffer-8`: `--segment-s 5 --max-buffer-s "
-        "8`; `segment-5`: `--segment-s 5` (the buffer trimmed behind each committed sentence end once it holds 5 s); "
+        "8`; `segment-5` / `segment-6` / `segment-8`: `--segment-s 5` / `6` / `8` (the buffer trimmed behind each "
+        "committed sentence end once it holds that many seconds); "
         "`buffer-15` / `buffer-20`: `--max-buffer-s "
         "15` / `20`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "

@@ -15,6 +15,7 @@ import pytest
 from longform import (
     PhaseRun,
     config_options,
+    merge_phase_outputs,
     phase_intervals,
     pooled_intervals,
     read_phase_outputs,
@@ -156,6 +157,44 @@ def test_kept_phase_outputs_are_rescored_against_a_default_kept_elsewhere(tmp_pa
     assert f"| {expected['vs_default']} |" in page and f"| {expected['AL_vs_default']} |" in page
     rescore_phases(tmp_path / "vad", tmp_path / "base")  # a second rescore notes one rescore
     assert (tmp_path / "vad" / "longform_phases.md").read_text(encoding="utf-8").count("rescored") == 1
+
+
+def test_outputs_kept_in_several_folders_are_merged_and_compared_with_a_named_baseline(tmp_path: Path) -> None:
+    refs = ["a b c", "d e"]
+    low = PhaseRun("en-mix", "default", "WER_whisper", [["a b x", "d e"]], [[1000.0, 2000.0]], refs)
+    hold = PhaseRun("en-mix", "low-hold-end", "WER_whisper", [["a b c", "d e"]], [[1000.0, 2500.0]], refs)
+    talk = PhaseRun("en-talk", "low-hold-end", "WER_whisper", [["a b c", "d"]], [[900.0, None]], refs)
+
+    def row(run: PhaseRun) -> dict[str, Any]:
+        return {"talk": run.talk, "config": run.config, "phase": "0", "quality": 1.0}
+
+    for name, runs in (("one", [low, hold]), ("two", [hold, talk])):
+        (tmp_path / name).mkdir()
+        write_phase_outputs([row(run) for run in runs], runs, tmp_path / name)
+    # the preset's rows kept under `default` take their own name again; `hold` is kept by both folders alike
+    rows, runs = merge_phase_outputs([f"{tmp_path / 'one'}:default=low", f"{tmp_path / 'one'}:low-hold-end",
+                                      str(tmp_path / "two")])
+    named = dataclasses.replace(low, config="low")
+    assert runs == [named, hold, talk]
+    assert [(r["talk"], r["config"]) for r in rows] == [("en-mix", "low"), ("en-mix", "low-hold-end"),
+                                                         ("en-talk", "low-hold-end")]
+    assert merge_phase_outputs([f"{tmp_path / 'two'}:low-hold-end"])[1] == [hold, talk]
+    with pytest.raises(SystemExit, match="other outputs"):
+        merge_phase_outputs([f"{tmp_path / 'one'}:default=low-hold-end", str(tmp_path / "two")])
+    with pytest.raises(SystemExit, match="keeps no runs of vad"):
+        merge_phase_outputs([f"{tmp_path / 'one'}:vad"])
+
+    out = tmp_path / "merged"
+    rescore_phases(out, None, [f"{tmp_path / 'one'}:default=low", str(tmp_path / "two")], baseline="low")
+    assert read_phase_outputs(out)[1] == [named, hold, talk]  # (the merged outputs are kept)
+    page = (out / "longform_phases.md").read_text(encoding="utf-8")
+    assert "## Against `low` over all grids" in page and "Run: not recorded; outputs merged from `" in page
+    (expected,) = phase_intervals([named, hold, talk], baseline="low")  # (en-talk has no `low` run)
+    assert expected["config"] == "low-hold-end" and f"| {expected['vs_default']} |" in page
+    with pytest.raises(SystemExit, match="--baseline default"):
+        rescore_phases(out, None, [str(tmp_path / "two")])
+    with pytest.raises(SystemExit, match="one or the other"):
+        rescore_phases(out, tmp_path / "one", [str(tmp_path / "two")])
 
 
 def test_words_only_leaves_out_the_marks_emitted_on_their_own() -> None:
