@@ -174,6 +174,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "accurate-hold-end": ("accurate", {"hold_sentence_end": True}, {}),
     "segment-6": ("balanced", {"segment_s": 6.0}, {}),  # (transcription: trimmed behind a sentence end past 6 s)
     "segment-8": ("balanced", {"segment_s": 8.0}, {}),
+    "wmin-8": ("balanced", {}, {"window_min_ms": 8000.0}),  # (a shorter shortest encoder window: less compute)
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -918,7 +919,8 @@ def main() -> None:
         "commits and fewer trims in mid-sentence; `segment-10`: "
         "`--segment-s 10 --max-buffer-s 16` (the transcribe default's cuts); `buffer-8`: `--segment-s 5 --max-buffer-s "
         "8`; `segment-5` / `segment-6` / `segment-8`: `--segment-s 5` / `6` / `8` (the buffer trimmed behind each "
-        "committed sentence end once it holds that many seconds); "
+        "committed sentence end once it holds that many seconds); `wmin-8`: `--window-min-ms 8000` (an encoder window "
+        "of the audio read + 2 s, at least 8 s, not 10); "
         "`buffer-15` / `buffer-20`: `--max-buffer-s "
         "15` / `20`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "

@@ -339,7 +339,8 @@ def write_variants(out: Path, task: str, rows: list[dict[str, Any]]) -> None:
         "row is a task run with the command-line flags in `options` (over `--latency balanced` unless they name "
         "another preset), on the same dev utterances as `quality_latency.md`, logged under "
         "`quality_latency/<task>_explore/NAME/`. `d_offline` / `d_balanced`: Q1 of the row minus Q1 of offline / of "
-        "the `balanced` preset, with the paired bootstrap 95 % interval over utterances (1000 resamples). Quality "
+        "the `balanced` preset (its row in `quality_latency.md` when the page was written: a row's `d_balanced` "
+        "moves with the preset), with the paired bootstrap 95 % interval over utterances (1000 resamples). Quality "
         "and the source-clock latencies do not depend on the machine's load (the torch thread count can flip a rare "
         "decision: see `quality_latency.md`'s reading); no timing column is kept here.\n\n"
     )
