@@ -729,7 +729,7 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
         "StreamLAAL in seconds (`StreamLAAL_words`: over the words alone, output units that are only punctuation "
         "left out: a mark emitted on its own counts as a word unit; not kept by runs before 2026-11-29); "
         "`enc_frames_s` / `dec_positions_s`: encoder input frames / decoder token positions computed per second of "
-        "audio, the hardware-free compute (not kept by runs before 2026-11-29 09:00 UTC). Where the "
+        "audio, the hardware-free compute (not kept by runs before 2026-11-29 08:40 UTC). Where the "
         "chunk boundaries fall decides which early guesses two consecutive "
         "hypotheses agree on and where the buffer is trimmed, so one grid's figure is one draw: compare means.",
         "",
@@ -804,7 +804,7 @@ def rescore_phases(results: Path, default_from: Path | None, sources: Sequence[s
         talks = {run.talk for run in runs}
         runs = [run for run in read_phase_outputs(default_from)[1]
                 if run.config == "default" and run.talk in talks] + [run for run in runs if run.config != "default"]
-    if baseline not in {run.config for run in runs}:
+    if baseline != "default" and baseline not in {run.config for run in runs}:  # (no default: the table alone)
         raise SystemExit(f"--baseline {baseline}: no such config among {sorted({run.config for run in runs})}")
     page = results / "longform_phases.md"
     old = page.read_text(encoding="utf-8").splitlines() if page.is_file() else []

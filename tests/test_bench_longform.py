@@ -191,8 +191,10 @@ def test_outputs_kept_in_several_folders_are_merged_and_compared_with_a_named_ba
     assert "## Against `low` over all grids" in page and "Run: not recorded; outputs merged from `" in page
     (expected,) = phase_intervals([named, hold, talk], baseline="low")  # (en-talk has no `low` run)
     assert expected["config"] == "low-hold-end" and f"| {expected['vs_default']} |" in page
-    with pytest.raises(SystemExit, match="--baseline default"):
-        rescore_phases(out, None, [str(tmp_path / "two")])
+    with pytest.raises(SystemExit, match="--baseline low"):
+        rescore_phases(out, None, [str(tmp_path / "two")], baseline="low")
+    rescore_phases(out, None, [str(tmp_path / "two")])  # (no `default` and none asked for: the table alone)
+    assert "## Against" not in (out / "longform_phases.md").read_text(encoding="utf-8")
     with pytest.raises(SystemExit, match="one or the other"):
         rescore_phases(out, tmp_path / "one", [str(tmp_path / "two")])
 
