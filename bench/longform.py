@@ -175,6 +175,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "segment-6": ("balanced", {"segment_s": 6.0}, {}),  # (transcription: trimmed behind a sentence end past 6 s)
     "segment-8": ("balanced", {"segment_s": 8.0}, {}),
     "wmin-8": ("balanced", {}, {"window_min_ms": 8000.0}),  # (a shorter shortest encoder window: less compute)
+    "beam-2-ba-2": ("balanced", {"search": SearchOptions("beam", beam=2)}, {}),  # (transcription: BA-2 over 2 beams)
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -920,7 +921,8 @@ def main() -> None:
         "`--segment-s 10 --max-buffer-s 16` (the transcribe default's cuts); `buffer-8`: `--segment-s 5 --max-buffer-s "
         "8`; `segment-5` / `segment-6` / `segment-8`: `--segment-s 5` / `6` / `8` (the buffer trimmed behind each "
         "committed sentence end once it holds that many seconds); `wmin-8`: `--window-min-ms 8000` (an encoder window "
-        "of the audio read + 2 s, at least 8 s, not 10); "
+        "of the audio read + 2 s, at least 8 s, not 10); `beam-2-ba-2`: `--search beam --beam 2` (a beam of 2 under "
+        "`balanced`'s BA-2); "
         "`buffer-15` / `buffer-20`: `--max-buffer-s "
         "15` / `20`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
