@@ -741,11 +741,10 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
     if pooled_rows:
         lines += [
             "",
-            "## Against the default over all grids" if baseline == "default"
-            else f"## Against `{baseline}` over all grids",
+            "## Against " + ("the default" if baseline == "default" else f"`{baseline}`") + " over all grids",
             "",
-            ("Each config's quality and the `default` run's" if baseline == "default"
-             else f"Each config's quality and the `{baseline}` run's (the columns `default_*` and `*vs_default`)")
+            f"Each config's quality and the `{baseline}` run's"
+            + ("" if baseline == "default" else " (the columns `default_*` and `*vs_default`)")
             + (f" (kept in [`{default_from.name}/`](../{default_from.name}/longform_phases.md): the same grids, the "
                "same default, deterministic)" if default_from is not None else "")
             + " over every grid of each talk, and of every talk of one metric both ran on, with the paired "
