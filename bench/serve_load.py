@@ -20,7 +20,12 @@ The capacity of a mode is the largest N whose mean AL_CA is at most ``--target-a
 ``bench/results/serve_load.md`` (+ ``.csv``). Run on a quiet machine (nothing else running):
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/serve_load.py [--clients 1,2,4,6,8,10] [--modes batched,serial,parallel]
-        [--server-args "--policy ctc"]
+        [--server-args "--policy ctc"] [--repeat 3]
+
+A single run of N clients lasts about as long as the longest utterance, and near the capacity a few late streams
+dominate its mean, so one run is a noisy figure. ``--repeat R`` runs each N
+R times (run k staggers the clients by (i + k/R)/N of a chunk) and pools the clients of all runs in the row, with
+the range of the runs' own means.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from simulst.server.client import ClientResult, stream_audio
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ["mode", "N", "AL_CA mean", "AL_CA p50", "AL_CA p95", "AL", "WER", "max lag s", "equal", "encode batch",
-           "start batch", "step batch", "jobs"]
+           "start batch", "step batch", "jobs", "runs", "AL_CA runs"]
 
 
 def free_port() -> int:
@@ -136,8 +141,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def row(mode: str, n: int, items: list[Item], results: list[ClientResult], reference: dict[str, str],
-        before: dict[str, Any], after: dict[str, Any]) -> dict[str, object]:
+        before: dict[str, Any], after: dict[str, Any], runs: int = 1) -> dict[str, object]:
+    """One table row of N clients from ``runs`` runs of them: ``items`` and ``results`` hold every run's clients
+    (run by run), pooled; ``AL_CA runs`` is the range of the runs' own means and ``jobs`` the mean per run
+    (rounded)."""
     ca = [v / 1000 for v in (al_ca(r, i) for r, i in zip(results, items, strict=True)) if v is not None]
+    run_means = []
+    for k in range(runs):
+        part = [al_ca(r, i) for r, i in zip(results[k * n:(k + 1) * n], items[k * n:(k + 1) * n], strict=True)]
+        values = [v / 1000 for v in part if v is not None]
+        run_means.append(statistics.fmean(values) if values else float("nan"))
     src = [v / 1000 for v in (al(r, i) for r, i in zip(results, items, strict=True)) if v is not None]
     lags = [(m["received_ms"] - m["source_ms"]) / 1000 for r in results for m in r.emissions]
     equal = sum(1 for r, i in zip(results, items, strict=True) if r.text == reference[i.id])
@@ -150,7 +163,8 @@ def row(mode: str, n: int, items: list[Item], results: list[ClientResult], refer
         "AL": statistics.fmean(src) if src else float("nan"),
         "WER": wer([r.text for r in results], [i.transcript for i in items], normalize_for_wer),
         "max lag s": max(lags) if lags else float("nan"), "equal": f"{equal}/{len(results)}",
-        "jobs": after["jobs"] - before["jobs"],
+        "jobs": round((after["jobs"] - before["jobs"]) / runs), "runs": runs,
+        "AL_CA runs": f"{min(run_means):.3f}-{max(run_means):.3f}",
     }
     b0, b1 = before.get("batching"), after.get("batching")
     if b0 and b1:
@@ -161,7 +175,8 @@ def row(mode: str, n: int, items: list[Item], results: list[ClientResult], refer
     return out
 
 
-def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int], chunk_s: float) -> list[dict]:
+def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int], chunk_s: float,
+             repeat: int = 1) -> list[dict]:
     server = Server(mode, extra)
     rows: list[dict[str, object]] = []
     try:
@@ -174,10 +189,12 @@ def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int],
         print(f"{mode}: references done", file=sys.stderr, flush=True)
         for n in clients:
             chosen = [items[i % len(items)] for i in range(n)]
-            delays = [chunk_s * i / n for i in range(n)]
             before = server.health()
-            results = asyncio.run(run_clients(server.ws, chosen, delays))
-            rows.append(row(mode, n, chosen, results, reference, before, server.health()))
+            results: list[ClientResult] = []
+            for k in range(repeat):  # run k staggers its clients by (i + k / repeat) / n of a chunk
+                delays = [chunk_s * (i + k / repeat) / n for i in range(n)]
+                results += asyncio.run(run_clients(server.ws, chosen, delays))
+            rows.append(row(mode, n, chosen * repeat, results, reference, before, server.health(), repeat))
             print(f"  {rows[-1]}", file=sys.stderr, flush=True)
     finally:
         server.stop()
@@ -193,8 +210,12 @@ def main() -> None:
     parser.add_argument("--target-al", type=float, default=2.0, help="mean AL_CA bound of the capacity (s)")
     parser.add_argument("--chunk-s", type=float, default=StreamOptions().chunk_ms / 1000.0,
                         help="the servers' chunk (staggers the clients; default: the default chunk)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each N, their clients pooled in its row (each run at other stagger phases)")
     parser.add_argument("--out", default=str(RESULTS / "serve_load.md"))
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, not {args.repeat}")
     load_before = load_average()
     anchor_ms = speed_anchor_ms()
     items = english_set()
@@ -202,7 +223,7 @@ def main() -> None:
     extra = shlex.split(args.server_args)
     rows: list[dict[str, object]] = []
     for mode in args.modes.split(","):
-        rows += run_mode(mode, extra, items, clients, args.chunk_s)
+        rows += run_mode(mode, extra, items, clients, args.chunk_s, args.repeat)
     capacity = {}
     for mode in args.modes.split(","):
         ok = [int(str(r["N"])) for r in rows if r["mode"] == mode and float(str(r["AL_CA mean"])) <= args.target_al]
@@ -215,6 +236,7 @@ def main() -> None:
         "# Concurrent real-time streams on `simulst serve` (loopback)",
         "",
         f"`python bench/serve_load.py --clients {args.clients} --modes {args.modes}"
+        + (f" --repeat {args.repeat}" if args.repeat != 1 else "")
         + (f" --server-args \"{args.server_args}\"" if args.server_args else "") + "`",
         "",
         f"Machine: {machine_note(load_before, anchor_ms)}.",
@@ -223,7 +245,8 @@ def main() -> None:
         "speaker in 100 ms frames; the server runs in its own process. AL_CA: each word's delay is the client's "
         "clock when it arrived; AL: on the source clock; max lag: the largest (arrival - source time) of an "
         "emission; equal: outputs equal to the utterance's output streamed alone; encode / step batch: the mean "
-        "number of streams per batched call.",
+        "number of streams per batched call; runs: runs of the N clients pooled in the row (each staggered at "
+        "other phases of a chunk), AL_CA runs: the range of their own mean AL_CA, jobs: per run.",
         "",
         markdown_table(rows, COLUMNS),
         "",
