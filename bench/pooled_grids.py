@@ -13,7 +13,9 @@ the grids: its grids are not independent draws, the utterances are).
 table (``quality_latency/<task>/NAME/``) or a variant (``quality_latency/<task>_explore/NAME/``). Writes
 ``bench/results/quality_latency_grids.md`` (transcribe; ``quality_latency_grids_translate.md``: translate) anew,
 with the comparisons asked for (name the page's earlier ones again): per comparison, each side's mean quality and AL
-over the grids, and the pooled interval of B − A. It runs nothing: the logs come from ``quality_latency.py``
+over the grids, and the pooled interval of B − A. ``--per-set A:B`` (repeatable) adds a table of that comparison on
+each dev set alone (jfk, fleurs-en-dev, librispeech-other-dev; fleurs-de, fleurs-fr): a goal stated for one set
+(LibriSpeech) is checked on it, not only on the pool. It runs nothing: the logs come from ``quality_latency.py``
 (``--variant``).
 """
 
@@ -75,6 +77,45 @@ def pooled_interval(metric: str, grids_a: Sequence[Sequence[InstanceRecord]],
     return bootstrap_from_stats(metric, stats_a, stats_b, score)
 
 
+def dev_set(record: InstanceRecord) -> str:
+    """The dev set an utterance comes from: its audio's folder (``jfk``, ``fleurs-en-dev``,
+    ``librispeech-other-dev``), or for the multilingual FLEURS folder its language's (``fleurs-de``, ...)."""
+    folder = Path(record.source or "").parent.name
+    uid = str(((record.extra or {}).get("simulst") or {}).get("id", ""))
+    return uid.rsplit("-", 1)[0] if folder == "fleurs-multi" and "-" in uid else folder
+
+
+def split_by_set(grids: Sequence[Sequence[InstanceRecord]],
+                 order: Sequence[InstanceRecord]) -> dict[str, list[list[InstanceRecord]]]:
+    """Each grid's records grouped by the dev set of the utterance at the same place in ``order`` (the grids
+    hold the same utterances in the same order), sets in order of first appearance."""
+    sets = [dev_set(r) for r in order]
+    return {name: [[r for r, s in zip(grid, sets, strict=True) if s == name] for grid in grids]
+            for name in dict.fromkeys(sets)}
+
+
+def comparison(task: str, spec: str) -> tuple[str, str, list[list[InstanceRecord]], list[list[InstanceRecord]]]:
+    """The names and logs of ``A1,A2,...:B1,B2,...``."""
+    side_a, sep, side_b = spec.partition(":")
+    if not sep:
+        raise SystemExit(f"bad comparison {spec!r}: A1,A2,...:B1,B2,...")
+    return (side_a, side_b, [log_of(task, n) for n in side_a.split(",")],
+            [log_of(task, n) for n in side_b.split(",")])
+
+
+def compared(task: str, grids_a: Sequence[Sequence[InstanceRecord]],
+             grids_b: Sequence[Sequence[InstanceRecord]]) -> dict[str, object]:
+    """One row's figures: each side's quality over all its grids, their mean AL, and the pooled intervals."""
+    metric, second = QUALITY[task]
+    interval, also = pooled_interval(metric, grids_a, grids_b), pooled_interval(second, grids_a, grids_b)
+    return {"grids": len(grids_a), "n": interval.n, f"{metric}_A": interval.a, f"{metric}_B": interval.b,
+            "AL_A": float(np.mean([mean_al(task, g) for g in grids_a])),
+            "AL_B": float(np.mean([mean_al(task, g) for g in grids_b])),
+            "AL_words_A": float(np.mean([mean_al(task, [words_only(r) for r in g]) for g in grids_a])),
+            "AL_words_B": float(np.mean([mean_al(task, [words_only(r) for r in g]) for g in grids_b])),
+            "B − A": interval.describe(), f"B − A ({second})": also.describe()}
+
+
 def grids_page(task: str) -> str:
     """The task's page: one per task (each run writes its task's comparisons, all of them, again)."""
     return "quality_latency_grids.md" if task == "transcribe" else f"quality_latency_grids_{task}.md"
@@ -84,25 +125,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=TASKS, required=True)
     parser.add_argument("--compare", action="append", required=True, metavar="A1,A2,...:B1,B2,...")
+    parser.add_argument("--per-set", action="append", default=[], metavar="A1,A2,...:B1,B2,...",
+                        help="also compare these on each dev set alone (a second table; name them again each run)")
     args = parser.parse_args()
     metric, second = QUALITY[args.task]
     rows = []
     for spec in args.compare:
-        side_a, sep, side_b = spec.partition(":")
-        if not sep:
-            raise SystemExit(f"bad --compare {spec!r}: A1,A2,...:B1,B2,...")
-        names_a, names_b = side_a.split(","), side_b.split(",")
-        grids_a = [log_of(args.task, n) for n in names_a]
-        grids_b = [log_of(args.task, n) for n in names_b]
-        interval, also = pooled_interval(metric, grids_a, grids_b), pooled_interval(second, grids_a, grids_b)
-        rows.append({"task": args.task, "A": side_a, "B": side_b, "grids": len(grids_a), "n": interval.n,
-                     f"{metric}_A": interval.a, f"{metric}_B": interval.b,
-                     "AL_A": float(np.mean([mean_al(args.task, g) for g in grids_a])),
-                     "AL_B": float(np.mean([mean_al(args.task, g) for g in grids_b])),
-                     "AL_words_A": float(np.mean([mean_al(args.task, [words_only(r) for r in g]) for g in grids_a])),
-                     "AL_words_B": float(np.mean([mean_al(args.task, [words_only(r) for r in g]) for g in grids_b])),
-                     "B − A": interval.describe(),
-                     f"B − A ({second})": also.describe()})
+        side_a, side_b, grids_a, grids_b = comparison(args.task, spec)
+        rows.append({"task": args.task, "A": side_a, "B": side_b, **compared(args.task, grids_a, grids_b)})
+    set_rows = []
+    for spec in args.per_set:
+        side_a, side_b, grids_a, grids_b = comparison(args.task, spec)
+        if len(grids_a) != len(grids_b):
+            raise SystemExit(f"{len(grids_a)} grids of A and {len(grids_b)} of B: name the same grids for both")
+        by_set_a, by_set_b = split_by_set(grids_a, grids_a[0]), split_by_set(grids_b, grids_a[0])
+        set_rows += [{"set": name, "A": side_a, "B": side_b, **compared(args.task, by_set_a[name], by_set_b[name])}
+                     for name in by_set_a]
     columns = ["task", "A", "B", "grids", "n", f"{metric}_A", f"{metric}_B", "AL_A", "AL_B", "AL_words_A",
                "AL_words_B", "B − A",
                f"B − A ({second})"]
@@ -115,8 +153,12 @@ def main() -> None:
         "bootstrap 95 % interval over utterances, each drawn with its outputs on every grid; "
         f"`B − A ({second})`: the same for {second}.\n\n"
     )
+    text = header + markdown_table(rows, columns)
+    if set_rows:
+        text += ("\n\n## Per dev set\n\nThe same, each dev set's utterances alone (`--per-set`); an interval over "
+                 "a few utterances is wide.\n\n" + markdown_table(set_rows, ["set", *columns[1:]]))
     page = RESULTS / grids_page(args.task)
-    write_report(page, header + markdown_table(rows, columns))
+    write_report(page, text)
     print(page.read_text(encoding="utf-8"))
 
 

@@ -86,6 +86,32 @@ def test_grids_are_pooled_per_utterance() -> None:
         pooled_interval("WER_whisper", a, b[:1])
 
 
+def test_a_comparison_per_dev_set_keeps_each_sets_utterances_on_every_grid() -> None:
+    from pooled_grids import compared, dev_set, split_by_set
+
+    def placed(log: list[InstanceRecord], places: list[tuple[str, str]]) -> list[InstanceRecord]:
+        return [dataclasses.replace(r, source=f"/data/audio/{folder}/{uid}.wav", extra={"simulst": {"id": uid}})
+                for r, (folder, uid) in zip(log, places, strict=True)]
+
+    places = [("jfk", "jfk"), ("librispeech-other-dev", "1-2-0000"), ("librispeech-other-dev", "1-2-0001"),
+              ("fleurs-multi", "fleurs-de-003")]
+    references = ["a b", "c d", "e f", "g h"]
+    a = [placed(_log(["a b", "c x", "e f", "g h"], references), places),
+         placed(_log(["a b", "c d", "e f", "g h"], references), places)]
+    b = [placed(_log(["a x", "c d", "e f", "g h"], references), places),
+         placed(_log(["a x", "c d", "e x", "g h"], references), places)]
+    assert [dev_set(r) for r in a[0]] == ["jfk", "librispeech-other-dev", "librispeech-other-dev", "fleurs-de"]
+    by_set_a, by_set_b = split_by_set(a, a[0]), split_by_set(b, a[0])
+    assert list(by_set_a) == ["jfk", "librispeech-other-dev", "fleurs-de"]
+    assert [[r.prediction for r in grid] for grid in by_set_b["librispeech-other-dev"]] == [["c d", "e f"],
+                                                                                              ["c d", "e x"]]
+    # LibriSpeech over both grids: A one error in 8 reference words, B one in 8; jfk: A none, B both grids wrong
+    ls = compared("transcribe", by_set_a["librispeech-other-dev"], by_set_b["librispeech-other-dev"])
+    assert (ls["n"], ls["WER_whisper_A"], ls["WER_whisper_B"]) == (2, pytest.approx(12.5), pytest.approx(12.5))
+    jfk = compared("transcribe", by_set_a["jfk"], by_set_b["jfk"])
+    assert (jfk["n"], jfk["WER_whisper_A"], jfk["WER_whisper_B"]) == (1, 0.0, pytest.approx(50.0))
+
+
 def test_words_only_drops_punctuation_units_with_their_delays() -> None:
     from pooled_grids import mean_al, words_only
 
