@@ -90,6 +90,8 @@ def split_by_set(grids: Sequence[Sequence[InstanceRecord]],
     """Each grid's records grouped by the dev set of the utterance at the same place in ``order`` (the grids
     hold the same utterances in the same order), sets in order of first appearance."""
     sets = [dev_set(r) for r in order]
+    if any(len(grid) != len(sets) for grid in grids):
+        raise SystemExit("the logs compared per dev set hold different numbers of utterances")
     return {name: [[r for r, s in zip(grid, sets, strict=True) if s == name] for grid in grids]
             for name in dict.fromkeys(sets)}
 

@@ -23,9 +23,8 @@ The capacity of a mode is the largest N whose mean AL_CA is at most ``--target-a
         [--server-args "--policy ctc"] [--repeat 3]
 
 A single run of N clients lasts about as long as the longest utterance, and near the capacity a few late streams
-dominate its mean, so one run is a noisy figure. ``--repeat R`` runs each N
-R times (run k staggers the clients by (i + k/R)/N of a chunk) and pools the clients of all runs in the row, with
-the range of the runs' own means.
+dominate its mean, so one run is a noisy figure. ``--repeat R`` runs each N R times (run k staggers the clients by
+(i + k/R)/N of a chunk) and pools the clients of all runs in the row, with the range of the runs' own means.
 """
 
 from __future__ import annotations

@@ -110,6 +110,8 @@ def test_a_comparison_per_dev_set_keeps_each_sets_utterances_on_every_grid() -> 
     assert (ls["n"], ls["WER_whisper_A"], ls["WER_whisper_B"]) == (2, pytest.approx(12.5), pytest.approx(12.5))
     jfk = compared("transcribe", by_set_a["jfk"], by_set_b["jfk"])
     assert (jfk["n"], jfk["WER_whisper_A"], jfk["WER_whisper_B"]) == (1, 0.0, pytest.approx(50.0))
+    with pytest.raises(SystemExit):
+        split_by_set([a[0][:3]], a[0])
 
 
 def test_words_only_drops_punctuation_units_with_their_delays() -> None:
