@@ -133,6 +133,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "window-full": ("balanced", {}, {"window": "full"}),
     "context-all": ("balanced", {"context_scope": "all"}, {}),
     "context-0": ("balanced", {"context_tokens": 0}, {}),
+    "context-sentence": ("balanced", {"context_scope": "sentence"}, {}),  # (translation: its auto scope is all)
+    "context-30": ("balanced", {"context_tokens": 30}, {}),
     "vad-context-0": ("balanced", {"vad": True, "context_tokens": 0}, {}),
     "vad-beam5": ("balanced", {"vad": True, "search": SearchOptions("beam", beam=5)}, {}),
     "ctc": ("balanced", {"policy": PolicyOptions.parse("ctc")}, {"ctc_head": "default"}),
