@@ -117,7 +117,10 @@ TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
          "ls": ("ls-readings", ModelOptions("whisper-tiny.en")),
          "mix": ("en-mix", ModelOptions("whisper-tiny.en")),
          "de": ("de-talk", ModelOptions("whisper-base", language="de", task="translate")),
-         "fr": ("fr-talk", ModelOptions("whisper-base", language="fr", task="translate"))}
+         "fr": ("fr-talk", ModelOptions("whisper-base", language="fr", task="translate")),
+         # (agreement with offline translation, not BLEU: bench/longform_sets.py)
+         "es": ("es-talk", ModelOptions("whisper-base", language="es", task="translate")),
+         "pt": ("pt-talk", ModelOptions("whisper-base", language="pt", task="translate"))}
 # config -> (the talk's task's preset, stream options changed over it, model options changed over it): `default` is
 # what `simulst transcribe|translate TALK` runs with no flags (the task's `balanced` preset)
 CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -728,7 +731,8 @@ def write_phases(rows: list[dict[str, Any]], runs: list[PhaseRun], run_note: str
         f"Written by `bench/longform.py --phases {phases}`: each run's talk streamed on {phases} chunk grids shifted "
         f"by k/{phases} of a chunk (`initial_wait_ms` = chunk x (1 + k/{phases}); phase 0 is the grid of "
         "`longform.md`), source clock. `quality`: WER after resegmentation (%, after Whisper's EnglishTextNormalizer; "
-        "`WER_norm`: after the project's normalisation) for `en-talk`, `en-mix` and `ls-readings`, BLEU for `de-talk`; "
+        "`WER_norm`: after the project's normalisation) for `en-talk`, `en-mix` and `ls-readings`, BLEU for `de-talk` "
+        "and `fr-talk` (for `es-talk` / `pt-talk`: BLEU of agreement with offline translation); "
         "StreamLAAL in seconds (`StreamLAAL_words`: over the words alone, output units that are only punctuation "
         "left out: a mark emitted on its own counts as a word unit; not kept by runs before 2026-11-29); "
         "`enc_frames_s` / `dec_positions_s`: encoder input frames / decoder token positions computed per second of "
@@ -823,7 +827,7 @@ def rescore_phases(results: Path, default_from: Path | None, sources: Sequence[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default=DEFAULT_RUNS,
-                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, mix, ls, de, fr; configs: "
+                        help="comma-separated TALK:CONFIG[@CLOCK] (talks: en, mix, ls, de, fr, es, pt; configs: "
                              f"{', '.join(CONFIGS)}; clocks: {', '.join(CLOCKS)}, default simulated)")
     parser.add_argument("--sets", type=Path, default=SETS, help="where bench/longform_sets.py wrote the talks")
     parser.add_argument("--phases", type=int, default=0,

@@ -7,6 +7,12 @@
   56 sentences, not 6.
 * ``de-talk`` / ``fr-talk``: each language's fleurs-multi utterances joined the same way (once); reference
   sentences = their English references (``references.en.tsv``), for X→English translation.
+* ``es-talk`` / ``pt-talk``: the Spanish / Portuguese fleurs-multi utterances joined the same way (once). They have no
+  English reference: their sentences are Whisper base's own offline beam-3 translation of each utterance (kept by
+  ``bench/quality_latency.py`` in ``bench/results/quality_latency/translate_es_pt/offline-b3``), so a BLEU over them
+  measures **agreement with offline decoding**, not translation quality; and offline decoding of one utterance has
+  no previous-text prompt, which favours a configuration without one. Speech the translate presets were not
+  chosen on, for a stall or a loop to show.
 * ``ls-readings``: 5 talks, one per speaker of ``librispeech-other-dev`` (LibriSpeech test-other): the speaker's 10
   consecutive utterances of one chapter joined in id order as they are, nothing inserted between them or after
   them (the LibriSpeech-Long method), about 77 s each: 5 real continuous readings. The set is scored as one:
@@ -33,11 +39,13 @@ import numpy as np
 import soundfile as sf
 
 from simulst.audio.io import load_audio
+from simulst.evaluation.instances import read_log
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DATA = SHARED / "data"
 ROOT = Path(__file__).resolve().parents[1]
 RATE = 16000
+OFFLINE_ES_PT = ROOT / "bench" / "results" / "quality_latency" / "translate_es_pt" / "offline-b3" / "instances.log"
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,17 @@ def write_set(name: str, talks: dict[str, list[Utterance]], out: Path) -> list[P
     return wavs
 
 
+def x_to_english_agreement(lang: str, log: Path = OFFLINE_ES_PT) -> list[Utterance]:
+    """The fleurs-multi utterances of ``lang``, each with the offline translation kept for it in ``log`` as its
+    sentence (an agreement reference); SystemExit when the log lacks one."""
+    offline = {r.extra["simulst"]["id"]: r.prediction.strip() for r in read_log(log)}
+    rows = [r for r in _rows("fleurs-multi.tsv") if r[4] == lang]
+    missing = [r[0] for r in rows if r[0] not in offline]
+    if not rows or missing:
+        raise SystemExit(f"{log} keeps no offline translation of {missing or lang}")
+    return [Utterance(r[0], DATA / r[1], offline[r[0]]) for r in rows]
+
+
 def write_talk(name: str, utterances: list[Utterance], out: Path, minutes: float, seed: int) -> Path:
     """Join ``utterances`` (repeated until ``minutes`` if longer than one pass) with random pauses; write the
     talk's files; the wav's path."""
@@ -152,6 +171,8 @@ def main() -> None:
     write_talk("en-mix", utterances + [u for chapter in readings.values() for u in chapter], args.out, 0.0, args.seed)
     for lang in ("de", "fr"):
         write_talk(f"{lang}-talk", x_to_english(lang), args.out, 0.0, args.seed)
+    for lang in ("es", "pt"):
+        write_talk(f"{lang}-talk", x_to_english_agreement(lang), args.out, 0.0, args.seed)
     write_set("ls-readings", readings, args.out)
 
 
