@@ -927,7 +927,7 @@ def main() -> None:
         "8`; `segment-5` / `segment-6` / `segment-8`: `--segment-s 5` / `6` / `8` (the buffer trimmed behind each "
         "committed sentence end once it holds that many seconds); `wmin-8`: `--window-min-ms 8000` (an encoder window "
         "of the audio read + 2 s, at least 8 s, not 10); `beam-2-ba-2`: `--search beam --beam 2` (a beam of 2 under "
-        "`balanced`'s BA-2); "
+        "`balanced`'s BA-2); `context-sentence`: `--context-scope sentence`; `context-30`: `--context-tokens 30`; "
         "`buffer-15` / `buffer-20`: `--max-buffer-s "
         "15` / `20`; `window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "

@@ -139,27 +139,29 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
+def mean_s(values_ms: list[float | None]) -> float:
+    """The mean in seconds of the values that exist (NaN when none does)."""
+    present = [v / 1000 for v in values_ms if v is not None]
+    return statistics.fmean(present) if present else float("nan")
+
+
 def row(mode: str, n: int, items: list[Item], results: list[ClientResult], reference: dict[str, str],
         before: dict[str, Any], after: dict[str, Any], runs: int = 1) -> dict[str, object]:
     """One table row of N clients from ``runs`` runs of them: ``items`` and ``results`` hold every run's clients
     (run by run), pooled; ``AL_CA runs`` is the range of the runs' own means and ``jobs`` the mean per run
     (rounded)."""
-    ca = [v / 1000 for v in (al_ca(r, i) for r, i in zip(results, items, strict=True)) if v is not None]
-    run_means = []
-    for k in range(runs):
-        part = [al_ca(r, i) for r, i in zip(results[k * n:(k + 1) * n], items[k * n:(k + 1) * n], strict=True)]
-        values = [v / 1000 for v in part if v is not None]
-        run_means.append(statistics.fmean(values) if values else float("nan"))
-    src = [v / 1000 for v in (al(r, i) for r, i in zip(results, items, strict=True)) if v is not None]
+    per_client = [al_ca(r, i) for r, i in zip(results, items, strict=True)]
+    ca = [v / 1000 for v in per_client if v is not None]
+    run_means = [mean_s(per_client[k * n:(k + 1) * n]) for k in range(runs)]
     lags = [(m["received_ms"] - m["source_ms"]) / 1000 for r in results for m in r.emissions]
     equal = sum(1 for r, i in zip(results, items, strict=True) if r.text == reference[i.id])
     failed = [r.error for r in results if r.error]
     if failed:
         print(f"  {mode} N={n}: {len(failed)} clients got errors: {failed[:2]}", file=sys.stderr)
     out: dict[str, object] = {
-        "mode": mode, "N": n, "AL_CA mean": statistics.fmean(ca) if ca else float("nan"),
+        "mode": mode, "N": n, "AL_CA mean": mean_s(per_client),
         "AL_CA p50": percentile(ca, 0.5), "AL_CA p95": percentile(ca, 0.95),
-        "AL": statistics.fmean(src) if src else float("nan"),
+        "AL": mean_s([al(r, i) for r, i in zip(results, items, strict=True)]),
         "WER": wer([r.text for r in results], [i.transcript for i in items], normalize_for_wer),
         "max lag s": max(lags) if lags else float("nan"), "equal": f"{equal}/{len(results)}",
         "jobs": round((after["jobs"] - before["jobs"]) / runs), "runs": runs,
