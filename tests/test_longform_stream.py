@@ -21,6 +21,7 @@ from simulst.mt.options import MTOptions
 from simulst.sequences import first_loop, loop_cut, loop_free_length
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.feed import feed_fast
+from simulst.streaming.guards import Guards
 from simulst.streaming.mt_stage import MTStage
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.streaming.session import Session
@@ -714,3 +715,49 @@ def test_a_segment_or_buffer_longer_than_the_models_window_is_refused() -> None:
         Service(model, ServerConfig(options=StreamOptions(max_buffer_s=61), batched=False))
     with pytest.raises(OptionError, match="at most 60 s"):
         Service(model, ServerConfig(translate_options=StreamOptions(max_buffer_s=90), batched=False))
+
+
+
+class PromptRecitingToy(PromptedToy):
+    """Prompted with previous text, it says " uh" again and again (a loop from its first token, as Whisper recites
+    a prompt that holds a loop's text); unprompted, it reads its sentence."""
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        if self.prompts and self.prompts[-1]:
+            return {1: 0.9, EOS: 0.1}
+        return super()._next(tokens, audio_samples)
+
+
+@pytest.mark.parametrize("context_tokens", [100, 0])
+def test_a_decode_committed_whole_that_loops_on_its_prompt_is_decoded_again_without_the_context(
+        context_tokens: int) -> None:
+    # hold-100 commits nothing at a chunk: each full 8 s buffer is committed whole (its text ends 2.8 s in: the
+    # whole buffer is dropped). Prompted with the sentence committed at 8 s, the toy says only " uh uh uh ..." at
+    # 16 s - a loop from its first token: the context starts afresh after the committed text and the buffer is
+    # decoded again, unprompted, so its sentence is committed (not the three " uh"s the loop guard lets through).
+    # The source's end (24 s), prompted with that sentence, loops too and is decoded again: the toy's sentence a
+    # third time in a row, which the loop guard cuts. Without a context nothing is restarted; the same text.
+    model = PromptRecitingToy("the cat sat down")
+    session = Session(model, StreamOptions(chunk_ms=1000, segment_s=5, max_buffer_s=8, context_scope="all",
+                                           context_tokens=context_tokens, policy=PolicyOptions("hold", 100)))
+    _check_stream(session, _speech(24), [1000] * 24)
+    assert session.costs.extra["segment_commits"] == 2
+    assert session.text == "the cat sat down the cat sat down"
+    assert session.costs.extra.get("loop_context_restarts", 0) == (2 if context_tokens else 0)
+
+
+def test_loop_only_hand_worked() -> None:
+    # a hypothesis's new text (past the committed tokens) that is nothing but a repetition loop
+    guards = Guards(StreamOptions(), translates=False, segment=1)
+    tokenizer = TimedToy("a b c d e f g h").tokenizer  # (tokens 2..9: " a" .. " h", each a word)
+    a, b, c, d, e = 2, 3, 4, 5, 6
+    assert guards.loop_only([a, b, c, d, d, d, d, d], 4, tokenizer)  # " d" four times: three kept, all the loop
+    assert not guards.loop_only([a, b, c, e, d, d, d, d], 3, tokenizer)  # " e" said before the loop
+    assert not guards.loop_only([a, b, c, d], 3, tokenizer)  # no loop
+    sentence = [a, b, c, d, e, 7]
+    assert guards.loop_only([*sentence, *sentence], 6, tokenizer)  # the committed sentence again: nothing kept
+    assert guards.loop_only([*sentence, *[8, 9] * 4], 6, tokenizer)  # " g h" three times kept, all the loop
+    assert guards.loop_only([*sentence, 9, *[8, 9] * 4], 6, tokenizer)  # (its first copy cut short: " h g h ...")
+    assert not guards.loop_only([*sentence, 9, 9, *[8, 9] * 4], 6, tokenizer)  # " h h" before the loop " g h"
+    assert not Guards(StreamOptions(loop_guard=False), translates=False, segment=1).loop_only(
+        [a, b, c, d, d, d, d, d], 4, tokenizer)

@@ -133,6 +133,11 @@ class ChunkDecoder:
         self.search = SearchState()
         self.last = NOTHING
 
+    def reprompted(self) -> None:
+        """The prompt changed: the next decode searches afresh, of the same source too (on its encoding)."""
+        self.search = SearchState()
+        self.last = dataclasses.replace(self.last, hyps=[])
+
     def decode(self, reason: DecodeReason, samples: int) -> Decoded:
         """Decode the buffer's first ``samples`` after the committed tokens (its time counted as compute).
 

@@ -135,6 +135,20 @@ class Guards:
         costs.count("loop_cuts")
         return target[: _copy_start(target, keep, committed, tokenizer)], True
 
+    def loop_only(self, best: Sequence[int], committed: int, tokenizer: Tokenizer) -> bool:
+        """True when all of ``best``'s text past its ``committed`` tokens is a repetition loop: the loop guard
+        finds one (:func:`~simulst.sequences.first_loop`), and every new token it would keep (:meth:`loop_free`)
+        after the loop's first period repeats the token one period before it: nothing new is said before the loop's
+        copies (or a copy of the committed text starts at once: nothing kept)."""
+        if not self.loop_guard:
+            return False
+        found = first_loop(best, committed)
+        if found is None:
+            return False
+        kept = len(self.loop_free(best, committed, tokenizer, Costs())[0])
+        period = found[0] - found[1]
+        return all(best[i] == best[i - period] for i in range(committed + period, kept))
+
 
 def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
     """Two tokens that differ only in case and punctuation (" The" and " the"; the same token: a copy that the

@@ -68,9 +68,7 @@ class PromptBuilder:
     def build(self, model: SpeechModel, before: Sequence[int]) -> tuple[int, ...]:
         """The whole prompt of a decode whose buffer follows the committed tokens ``before`` (pinned first)."""
         assert self.fixed is not None, "pin the fixed prompt first"
-        earlier = tuple(before[self.context_from :][-self.context_tokens :]) if self.context_tokens else ()
-        if self.scope == "sentence":
-            earlier = earlier[sentence_start(earlier, model.tokenizer) :]
+        earlier = self._context(model, before)
         if not isinstance(model, PreviousTextPrompter):
             return self.fixed
         if self.initial:
@@ -78,6 +76,18 @@ class PromptBuilder:
         if earlier:
             return (*model.previous_text(earlier, self.context_tokens), *self.fixed)
         return self.fixed
+
+    def carries_context(self, model: SpeechModel, before: Sequence[int]) -> bool:
+        """True when a decode whose buffer follows the committed tokens ``before`` is prompted with some of them
+        (the stream's own previous text; an initial prompt does not count)."""
+        return isinstance(model, PreviousTextPrompter) and bool(self._context(model, before))
+
+    def _context(self, model: SpeechModel, before: Sequence[int]) -> tuple[int, ...]:
+        """The committed tokens (of ``before``) that the context holds."""
+        earlier = tuple(before[self.context_from :][-self.context_tokens :]) if self.context_tokens else ()
+        if self.scope == "sentence":
+            earlier = earlier[sentence_start(earlier, model.tokenizer) :]
+        return earlier
 
     def _carried(self, model: PreviousTextPrompter, earlier: tuple[int, ...]) -> list[int]:
         """The previous text with the initial prompt: the prompt, then the last tokens of the stream's own previous

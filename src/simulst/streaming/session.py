@@ -160,7 +160,7 @@ class Session(OutputView):
         if vad is None and buf.offset > 0 and self.guards.silent_tail(buf.head(buf.samples), buf.rate,
                                                                       self.state.costs):
             return []
-        return self._commit(self.decoder.decode(DecodeReason.SOURCE_END, buf.samples), DecodeReason.SOURCE_END)[0]
+        return self._commit(self._decode_whole(DecodeReason.SOURCE_END, buf.samples), DecodeReason.SOURCE_END)[0]
 
     def _decode_due(self) -> list[Emission]:
         """Decode at every chunk boundary the source has reached (with ``catch_up``: once, at the latest)."""
@@ -229,12 +229,12 @@ class Session(OutputView):
         is decoded alone and committed first, the rest kept; an unsure hypothesis - mostly a hallucination loop,
         which committed whole would also become the prompt of the next buffers - is dropped (counted)."""
         st, buf, reason = self.state, self.buffer, DecodeReason.BUFFER_FULL
-        decoded = self.decoder.decode(reason, buf.samples)
+        decoded = self._decode_whole(reason, buf.samples)
         starts = self.decoder.token_starts(decoded)
         skipped = buf.skipped_start(starts, nothing_committed=buf.base >= len(st.output.committed))
         if skipped:
             st.costs.count("skipped_starts")
-            decoded = self.decoder.decode(reason, skipped)
+            decoded = self._decode_whole(reason, skipped)
         if decoded.hyps and self.guards.unsure(decoded.hyps[0], len(st.output.committed), skipped or buf.samples,
                                                st.costs):
             decoded, starts = decoded.held(), None
@@ -246,6 +246,25 @@ class Session(OutputView):
         if self.segmenter is not None:
             self.segmenter.speech_in_buffer = buf.samples > 0 or self.segmenter.detector.speaking
         return emitted
+
+    def _decode_whole(self, reason: DecodeReason, samples: int) -> Decoded:
+        """A decode to be committed whole (a full buffer, a segment, the source's end) of the buffer's first
+        ``samples``. When its best hypothesis, prompted with the stream's previous text, is a repetition loop from
+        its first new token (:meth:`Guards.loop_only`), the context starts afresh after the committed tokens
+        (counted) and the audio is decoded again.
+
+        Why: a prompt that holds a loop's text makes Whisper recite it. The loop guard commits none of it, so the
+        audio would be dropped with its speech untranslated, and the next buffer read with the same prompt: a
+        German talk with a prompt of 30 tokens lost its last 120 s so, 30 s at a time."""
+        decoded = self.decoder.decode(reason, samples)
+        committed = self.state.output.committed
+        if not decoded.hyps or not self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
+                or not self.guards.loop_only(decoded.hyps[0].tokens, len(committed), self.model.tokenizer):
+            return decoded
+        self.prompt.restart(len(committed))
+        self.decoder.reprompted()
+        self.state.costs.count("loop_context_restarts")
+        return self.decoder.decode(reason, samples)
 
     def _drop(self, cut: int, base: int, count: bool = True) -> None:
         """Remove the first ``cut`` samples of the buffer; committed tokens up to ``base`` now precede it."""
@@ -279,7 +298,7 @@ class Session(OutputView):
         if cut <= 0 or not self.segmenter.speech_in_buffer:
             self.segmenter.speech_in_buffer = False  # (its speech was trimmed away behind committed text already)
             return []
-        emitted = self._commit(self.decoder.decode(DecodeReason.SEGMENT_END, cut), DecodeReason.SEGMENT_END)[0]
+        emitted = self._commit(self._decode_whole(DecodeReason.SEGMENT_END, cut), DecodeReason.SEGMENT_END)[0]
         st.costs.count("vad_segments")
         self.prompt.end_sentence(len(st.output.committed))
         self._drop(cut, len(st.output.committed))
