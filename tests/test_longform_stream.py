@@ -717,7 +717,6 @@ def test_a_segment_or_buffer_longer_than_the_models_window_is_refused() -> None:
         Service(model, ServerConfig(translate_options=StreamOptions(max_buffer_s=90), batched=False))
 
 
-
 class PromptRecitingToy(PromptedToy):
     """Prompted with previous text, it says " uh" again and again (a loop from its first token, as Whisper recites
     a prompt that holds a loop's text); unprompted, it reads its sentence."""
@@ -751,7 +750,7 @@ def test_loop_only_hand_worked() -> None:
     guards = Guards(StreamOptions(), translates=False, segment=1)
     tokenizer = TimedToy("a b c d e f g h").tokenizer  # (tokens 2..9: " a" .. " h", each a word)
     a, b, c, d, e = 2, 3, 4, 5, 6
-    assert guards.loop_only([a, b, c, d, d, d, d, d], 4, tokenizer)  # " d" four times: three kept, all the loop
+    assert guards.loop_only([a, b, c, d, d, d, d, d], 4, tokenizer)  # " d" after " d": two kept, all the loop
     assert not guards.loop_only([a, b, c, e, d, d, d, d], 3, tokenizer)  # " e" said before the loop
     assert not guards.loop_only([a, b, c, d], 3, tokenizer)  # no loop
     sentence = [a, b, c, d, e, 7]
