@@ -127,17 +127,12 @@ class Guards:
         found = first_loop(tokens, committed)
         if found is None or found[0] >= len(target):
             return target, False
-        keep, earlier = max(committed, found[0]), found[1]
-        for _ in range(COPY_LEAD):
-            if keep <= committed or earlier <= 0 or not _same_word(tokens[keep - 1], tokens[earlier - 1], tokenizer):
-                break
-            keep, earlier = keep - 1, earlier - 1
         costs.count("loop_cuts")
-        return target[: _copy_start(target, keep, committed, tokenizer)], True
+        return target[: _loop_cut(target, tokens, found, committed, tokenizer)], True
 
     def loop_only(self, best: Sequence[int], committed: int, tokenizer: Tokenizer) -> bool:
         """True when all of ``best``'s text past its ``committed`` tokens is a repetition loop: the loop guard
-        finds one (:func:`~simulst.sequences.first_loop`), and every new token it would keep (:meth:`loop_free`)
+        finds one (:func:`~simulst.sequences.first_loop`), and every new token it would keep (:meth:`loop_free`'s cut)
         after the loop's first period repeats the token one period before it: nothing new is said before the loop's
         copies (or a copy of the committed text starts at once: nothing kept)."""
         if not self.loop_guard:
@@ -145,9 +140,23 @@ class Guards:
         found = first_loop(best, committed)
         if found is None:
             return False
-        kept = len(self.loop_free(best, committed, tokenizer, Costs())[0])
+        kept = _loop_cut(best, best, found, committed, tokenizer)
         period = found[0] - found[1]
         return all(best[i] == best[i - period] for i in range(committed + period, kept))
+
+
+def _loop_cut(target: Sequence[int], tokens: Sequence[int], found: tuple[int, int], committed: int,
+              tokenizer: Tokenizer) -> int:
+    """Where :meth:`Guards.loop_free` cuts ``target`` for the loop ``found`` in ``tokens`` (``target`` or the
+    hypothesis it is a prefix of; :func:`~simulst.sequences.first_loop`'s pair): at the extra copy's start, moved
+    back over up to :data:`COPY_LEAD` words the copy repeats but for case and punctuation, then to a whole word
+    (:func:`_copy_start`)."""
+    keep, earlier = max(committed, found[0]), found[1]
+    for _ in range(COPY_LEAD):
+        if keep <= committed or earlier <= 0 or not _same_word(tokens[keep - 1], tokens[earlier - 1], tokenizer):
+            break
+        keep, earlier = keep - 1, earlier - 1
+    return _copy_start(target, keep, committed, tokenizer)
 
 
 def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
