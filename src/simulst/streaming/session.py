@@ -254,8 +254,8 @@ class Session(OutputView):
         (counted) and the audio is decoded again.
 
         Why: a prompt that holds a loop's text makes Whisper recite it. The loop guard commits none of it, so the
-        audio would be dropped with its speech untranslated, and the next buffer read with the same prompt: a
-        German talk with a prompt of 30 tokens lost its last 120 s so, 30 s at a time."""
+        audio would be dropped with its speech untranslated, and the next buffer read with the same prompt, until
+        the stream ends (``bench/results/longform_phases_loop_retry/``)."""
         decoded = self.decoder.decode(reason, samples)
         committed = self.state.output.committed
         if not decoded.hyps or not self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
