@@ -181,6 +181,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "segment-8": ("balanced", {"segment_s": 8.0}, {}),
     "wmin-8": ("balanced", {}, {"window_min_ms": 8000.0}),  # (a shorter shortest encoder window: less compute)
     "beam-2-ba-2": ("balanced", {"search": SearchOptions("beam", beam=2)}, {}),  # (transcription: BA-2 over 2 beams)
+    # translation: voice activity detection, a segment committed whole at a pause of 1 s (the option's default) or
+    # longer
+    "vad-pause-1.5": ("balanced", {"vad": True, "vad_pause_ms": 1500.0}, {}),
+    "vad-pause-2": ("balanced", {"vad": True, "vad_pause_ms": 2000.0}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"

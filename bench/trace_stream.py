@@ -41,9 +41,9 @@ def trace(session: Session, audio: np.ndarray, tail: int = 160) -> Iterator[str]
     decodes: list[tuple[DecodeReason, Decoded, int, int]] = []  # (why, as searched, source read, buffer offset)
     decode = decoder.decode
 
-    def recorded(reason: DecodeReason, samples: int) -> Decoded:
+    def recorded(reason: DecodeReason, samples: int, block_loops: bool = False) -> Decoded:
         offset = session.buffer.offset
-        decoded = decode(reason, samples)
+        decoded = decode(reason, samples, block_loops)
         decodes.append((reason, decoder.last, decoded.read, offset))
         return decoded
 

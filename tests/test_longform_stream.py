@@ -18,7 +18,7 @@ from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import Encoded, PreviousTextPrompter, TokenTimer
 from simulst.models.timing import dtw, median_filter, token_start_frames
 from simulst.mt.options import MTOptions
-from simulst.sequences import first_loop, loop_cut, loop_free_length
+from simulst.sequences import first_loop, loop_cut, loop_free_length, repeated_share
 from simulst.streaming.cascade import CascadeSession
 from simulst.streaming.feed import feed_fast
 from simulst.streaming.guards import Guards
@@ -743,6 +743,57 @@ def test_a_decode_committed_whole_that_loops_on_its_prompt_is_decoded_again_with
     assert session.costs.extra["segment_commits"] == 2
     assert session.text == "the cat sat down the cat sat down"
     assert session.costs.extra.get("loop_context_restarts", 0) == (2 if context_tokens else 0)
+
+
+class LoopingToy(TimedToy):
+    """Once it has said its sentence's third word, it says that word again and again (p .85) rather than the fourth
+    (.1): a repetition loop that its best hypothesis runs into; the rest of the sentence comes where the loop is
+    barred."""
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        target = self.target
+        if len(tokens) < 3 or list(tokens[:3]) != target[:3]:
+            return super()._next(tokens, audio_samples)
+        rest = list(tokens[3:])
+        again = next((i for i, token in enumerate(rest) if token != target[2]), len(rest))
+        tail = rest[again:]
+        if not tail:
+            return {target[2]: 0.85, target[3]: 0.1, EOS: 0.05}
+        if tail != target[3 : 3 + len(tail)]:
+            return super()._next(tokens, audio_samples)
+        return {target[3 + len(tail)]: 0.9, EOS: 0.1} if 3 + len(tail) < len(target) else {EOS: 0.9, 1: 0.1}
+
+
+@pytest.mark.parametrize("threshold", [-1.5, -0.3])
+def test_a_decode_committed_whole_that_runs_into_a_loop_is_searched_again_with_the_loop_barred(
+        threshold: float) -> None:
+    # offline: one decode, at the source's end, committed whole. Its greedy search runs into " sat sat sat ..."
+    # to the token budget; the loop guard cuts it at the fourth " sat", and the words after the loop would be lost
+    # with the audio. Searched again with the loop barred: " on the mat" after the third " sat" (its new tokens'
+    # mean log-prob -0.33) - committed, unless the low-confidence threshold finds that unsure (-0.3): then the cut.
+    model = LoopingToy("the cat sat on the mat")
+    session = Session(model, StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("offline"),
+                                           logprob_threshold=threshold))
+    _check_stream(session, _speech(6), [1000] * 6)
+    sure = threshold < -0.33
+    assert session.text == ("the cat sat sat sat on the mat" if sure else "the cat sat sat sat")
+    assert session.costs.extra.get("loop_fallbacks", 0) == int(sure)
+    assert session.costs.extra.get("loop_fallbacks_dropped", 0) == int(not sure)
+
+
+def test_repeated_share_hand_worked() -> None:
+    # the pairs of the new words (the one across the end of what came before included) said before
+    assert repeated_share([], []) == 0.0 and repeated_share(["a"], []) == 0.0
+    assert repeated_share(["x", "a", "b"], ["c", "a", "b", "c"]) == 0.5  # (b c) (c a) (a b)* (b c)*: 2 of 4
+    assert repeated_share(["a", "b", "c"], ["a", "b", "c"]) == 2 / 3  # (c a) (a b)* (b c)*
+    assert repeated_share([], ["a", "b", "a", "b"]) == 1 / 3  # (a b) (b a) (a b)*
+    paraphrase = "the accident took place in montagne and it seemed that it was caused by an unnamed maleviant"
+    said = "the accident took place in a mountainous area and it seemed that this one was caused by a wild boar"
+    assert repeated_share(said.split(), paraphrase.split()) == 9 / 17  # (said: the accident, ..., caused by)
+    guards = Guards(StreamOptions(), translates=True, segment=1)
+    tokenizer = TimedToy("a b c d e f g h").tokenizer  # (tokens 2..9: " a" .. " h", each a word)
+    assert guards.says_again([2, 3, 4, 5, 2, 3, 4], 4, tokenizer)  # (d a) (a b)* (b c)*: 2 of 3
+    assert not guards.says_again([2, 3, 4, 5, 6, 7, 8], 4, tokenizer)  # nothing again
 
 
 def test_loop_only_hand_worked() -> None:

@@ -132,6 +132,20 @@ def test_a_chunk_search_stops_where_its_best_hypothesis_loops() -> None:
     assert costs.decoder_calls == 5 and state.looped and costs.extra["loop_stops"] == 1
 
 
+def test_a_search_with_loops_barred_takes_the_best_token_that_completes_none() -> None:
+    # greedy, final: " b" then " a" x 3; the 4th " a" (.8) would complete a loop: barred, <eos> (.2) is taken
+    model, costs = ScriptedDecoder(PIECES, looping), Costs()
+    [hyp] = BeamSearch(1).search(model, Query(ENC, (2,), 10, True, block_loops=True), SearchState(), costs)
+    assert hyp.tokens == (2, 1, 1, 1) and hyp.finished
+    assert hyp.score == pytest.approx(3 * math.log(0.8) + math.log(0.2), abs=1e-6)
+    # a loop that the forced prefix holds three copies of: barred at the first searched token
+    [hyp] = BeamSearch(1).search(model, Query(ENC, (2, 1, 1, 1), 10, True, block_loops=True), SearchState(), Costs())
+    assert hyp.tokens == (2, 1, 1, 1) and hyp.finished and hyp.score == pytest.approx(math.log(0.2), abs=1e-6)
+    # not barred: the loop runs on to the budget
+    [hyp] = BeamSearch(1).search(model, Query(ENC, (2,), 10, True), SearchState(), Costs())
+    assert hyp.tokens == (2, *[1] * 10)
+
+
 def test_beam_rejects_bad_size() -> None:
     with pytest.raises(OptionError):
         stream_search(BeamSearch(0))

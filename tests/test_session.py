@@ -15,6 +15,7 @@ from simulst.models.base import Encoded
 from simulst.search import BeamSearch
 from simulst.search.core import Beam
 from simulst.streaming.commit import held_sentence_end, whole_words
+from simulst.streaming.decoding import Decoded, DecodeReason
 from simulst.streaming.session import Session
 from simulst.types import Costs, Emission, Hypothesis
 from tests.toy import EOS, ToySpeechModel, ToyTokenizer, UnsureToy, push_in_pieces, stream_search, tone
@@ -127,12 +128,21 @@ def test_a_decode_committed_whole_searches_again_after_a_chunk_stopped_at_a_loop
                                            early_logprob_threshold=None, logprob_threshold=None))
     # 1 s and 2 s: each chunk's search stops at the 4th " uh" (LA-2 commits "the uh uh uh" at 2 s: the last " uh"
     # may still grow); at the end, the same 2 s of audio: the decode committed whole searches on to " cat" <eos>,
-    # whose 4th " uh" the loop guard then cuts
+    # whose 4th " uh" the loop guard then cuts. Searched once more with the loop barred, it ends (<eos>) after the
+    # third " uh": nothing added to what the guard keeps, so nothing committed from it
+    searched: list[tuple[int, ...]] = []
+    decode = session.decoder.decode
+    def recorded(reason: DecodeReason, samples: int, block_loops: bool = False) -> Decoded:
+        decoded = decode(reason, samples, block_loops)
+        searched.append(decoded.hyps[0].tokens)
+        return decoded
+    setattr(session.decoder, "decode", recorded)  # noqa: B010
     emissions = push_in_pieces(session, tone(2000), 1000)
     assert [e.text for e in emissions] == ["the uh uh uh"]
     assert session.state.costs.extra["loop_stops"] == 2
-    assert session.decoder.last.hyps[0].tokens == (the, uh, uh, uh, uh, cat) and session.decoder.last.hyps[0].finished
-    assert model.encodes == [1000, 2000]  # (searched again on the same encoding)
+    assert searched[-2:] == [(the, uh, uh, uh, uh, cat), (the, uh, uh, uh)]
+    assert session.state.costs.extra["loop_fallbacks_dropped"] == 1
+    assert model.encodes == [1000, 2000]  # (searched again on the same encoding, twice)
 
 
 def test_eos_before_the_source_ends_does_not_end_the_stream() -> None:

@@ -4,6 +4,7 @@ loops of a decoder's output (what the stream's loop guard never commits and a ch
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import pairwise
 
 
 def longest_common_prefix(sequences: Sequence[Sequence[int]]) -> tuple[int, ...]:
@@ -112,3 +113,17 @@ def ends_in_loop(tokens: Sequence[int], start: int) -> bool:
 def _lookback(start: int) -> int:
     """The first position whose spans a loop check past ``start`` compares with."""
     return max(0, start - LOOP_LOOKBACK)
+
+
+def repeated_share(before: Sequence[Hashable], items: Sequence[Hashable]) -> float:
+    """The share of the adjacent pairs of ``items`` (words) that occur earlier: in ``before`` (what preceded
+    them), across its end, or earlier in ``items`` itself (0.0 when ``items`` holds no pair): how much of a text
+    says again what was said just before, in other pieces (a paraphrased copy that no exact loop rule finds)."""
+    seen = set(pairwise(before))
+    joined = [*before[-1:], *items]  # (the pair across the end of ``before`` is one of them)
+    pairs = list(pairwise(joined))
+    repeated = 0
+    for pair in pairs:
+        repeated += pair in seen
+        seen.add(pair)
+    return repeated / len(pairs) if pairs else 0.0

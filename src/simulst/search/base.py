@@ -32,6 +32,9 @@ class Query:
         stop_at_loops: a searcher that can ends the search where its best hypothesis runs into a repetition loop
             past the prefix (:func:`~simulst.sequences.loop_cut`; the stream's loop guard would commit nothing
             from there on); never on a ``final`` query.
+        block_loops: a searcher that can never extends a hypothesis with a token that completes a repetition loop
+            past the prefix (:func:`~simulst.sequences.ends_in_loop`), so its search takes the best way on that
+            says something new: the fallback of a decode committed whole whose best hypothesis ran into a loop.
     """
 
     enc: Encoded
@@ -42,6 +45,7 @@ class Query:
     draft: tuple[int, ...] = ()
     no_speech_threshold: float | None = None
     stop_at_loops: bool = False
+    block_loops: bool = False
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 from simulst.errors import OptionError
 from simulst.models.base import Ahead, AheadDecoder, AlignedDecoder, DecoderModel
 from simulst.search.base import Query, Searcher, SearchState
-from simulst.search.core import Beam, BeamRule, Scores, expand
+from simulst.search.core import Beam, BeamRule, DecoderScores, LoopBlockingScores, Scores, expand
 from simulst.search.joint import JointCtcScores
 from simulst.search.stopping import StopRule
 from simulst.types import Costs, Hypothesis
@@ -87,6 +87,8 @@ class BeamSearch(Searcher):
         scores: Scores | None = None
         if self.ctc_weight > 0:
             scores = JointCtcScores(model, query.enc, prefix, self.ctc_weight, self.pre_beam)
+        if query.block_loops:
+            scores = LoopBlockingScores(scores or DecoderScores(), len(prefix), model.eos_id)
         loops = query.stop_at_loops and not query.final
         rule = BeamRule(self.beam, self.length_penalty, check, loop_floor=len(prefix) if loops else None)
         budget = query.max_new_tokens - (len(beam.tokens) - len(prefix))

@@ -159,6 +159,35 @@ class DecoderScores(Scores):
         return [Candidate(f // vocab, f % vocab, v, f) for v, f in zip(values.tolist(), flat.tolist(), strict=True)]
 
 
+class LoopBlockingScores(Scores):
+    """Other scorers' candidates, less every one-token extension that completes a repetition loop past the first
+    ``floor`` tokens (the forced prefix; :func:`~simulst.sequences.ends_in_loop`): such a token is scored -inf and
+    the next best is taken in its place.
+
+    Why: a decode committed whole that runs into a loop loses every word after it (the loop guard commits none of
+    the loop, and that audio is not read again); openai/whisper decodes such a window again at a higher temperature
+    (its compression-ratio fallback). Barred from the loop, the search continues with what the audio says next."""
+
+    def __init__(self, inner: Scores, floor: int, eos_id: int) -> None:
+        self.inner, self.floor, self.eos_id = inner, floor, eos_id
+
+    def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
+        blocked = logp
+        while True:
+            candidates = self.inner.top(beams, blocked, n)
+            looping = [c for c in candidates
+                       if c.token != self.eos_id and ends_in_loop((*beams[c.source].tokens, c.token), self.floor)]
+            if not looping:
+                return candidates
+            if blocked is logp:
+                blocked = logp.clone()
+            for c in looping:
+                blocked[c.source, c.token] = -math.inf
+
+    def keep(self, chosen: Sequence[Candidate]) -> None:
+        self.inner.keep(chosen)
+
+
 # --------------------------------------------------------------------------------------------- rules
 class Verdict(enum.Enum):
     """What a rule decides about one extended beam."""

@@ -138,8 +138,9 @@ class ChunkDecoder:
         self.search = SearchState()
         self.last = dataclasses.replace(self.last, hyps=[])
 
-    def decode(self, reason: DecodeReason, samples: int) -> Decoded:
-        """Decode the buffer's first ``samples`` after the committed tokens (its time counted as compute).
+    def decode(self, reason: DecodeReason, samples: int, block_loops: bool = False) -> Decoded:
+        """Decode the buffer's first ``samples`` after the committed tokens (its time counted as compute);
+        ``block_loops``: a search that never extends a hypothesis into a repetition loop (``Query.block_loops``).
 
         A chunk whose new text the low-confidence guard finds unsure is held back; a decode committed whole is
         decided now, with all the source read: it is stamped with that time."""
@@ -148,10 +149,12 @@ class ChunkDecoder:
         audio, read = buf.head(samples), buf.offset + samples
         if audio.shape[0] == 0 or is_silent(audio):
             decoded = Decoded(read, [])
-        elif read == self.last.read and self.last.hyps and not (reason.commits_whole and self._final_differs):
+        elif read == self.last.read and self.last.hyps and not block_loops \
+                and not (reason.commits_whole and self._final_differs):
             decoded = self.last  # the source did not grow since the last decode: same result
         else:  # (a decode committed whole of the same source as the last searches again on its encoding)
-            decoded = self._search(audio, read, reason, self.last.enc if read == self.last.read else None)
+            decoded = self._search(audio, read, reason, self.last.enc if read == self.last.read else None,
+                                   block_loops)
         self.last = decoded
         if reason.commits_whole:
             decoded = dataclasses.replace(decoded, read=buf.read)
@@ -229,7 +232,8 @@ class ChunkDecoder:
             return min(decoded.read, decoded.offset + sample) * 1000.0 / rate
         return [(ms(decoded.spans[i - base][0]), ms(decoded.spans[i - base][1])) for i in range(first, last)]
 
-    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, enc: Encoded | None = None) -> Decoded:
+    def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, enc: Encoded | None = None,
+                block_loops: bool = False) -> Decoded:
         committed, costs = self.output.committed, self.costs
         if enc is None:
             enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
@@ -244,9 +248,9 @@ class ChunkDecoder:
         prompt = self.prompt.build(self.model, before)
         prefix = tuple(committed[base:])
         query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
-                      draft=self._draft(),
+                      draft=() if block_loops else self._draft(),  # (a draft is taken unscored: unblocked)
                       no_speech_threshold=self.guards.no_speech_threshold if judged else None,
-                      stop_at_loops=self.guards.loop_guard)
+                      stop_at_loops=self.guards.loop_guard, block_loops=block_loops)
         searcher = self.final_searcher if reason.commits_whole else self.searcher
         self.search.looped = False
         hyps = searcher.search(self.model, query, self.search, costs)

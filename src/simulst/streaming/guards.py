@@ -24,9 +24,10 @@ from simulst.audio.vad import holds_speech
 from simulst.config import StreamOptions
 from simulst.errors import ModelLoadError
 from simulst.models.base import Encoded, SpeechJudge, SpeechModel, Tokenizer
-from simulst.sequences import first_loop
+from simulst.sequences import LOOP_LOOKBACK, first_loop, repeated_share
 from simulst.types import Costs, Hypothesis
 
+SAID_AGAIN = 0.5  # the share of a text's word pairs said before from which it counts as said again
 COPY_LEAD = 2  # tokens: how far a loop's cut moves back over words its copy repeats but for case and punctuation
 
 
@@ -129,6 +130,30 @@ class Guards:
             return target, False
         costs.count("loop_cuts")
         return target[: _loop_cut(target, tokens, found, committed, tokenizer)], True
+
+    def kept_before_loop(self, best: Sequence[int], committed: int, tokenizer: Tokenizer) -> int | None:
+        """Where :meth:`loop_free` cuts ``best`` (its tokens kept) when it runs into a repetition loop past its
+        ``committed`` tokens; None: no loop (or the loop guard is off)."""
+        found = first_loop(best, committed) if self.loop_guard else None
+        return None if found is None else _loop_cut(best, best, found, committed, tokenizer)
+
+    def confident(self, best: Hypothesis, committed: int) -> bool:
+        """True when the best hypothesis's tokens after the ``committed`` ones have a mean log-probability of at
+        least the low-confidence threshold (no threshold, or no such tokens: True); uncounted."""
+        searched = len(best.tokens) - committed + int(best.finished)
+        threshold = self.logprob_threshold
+        return threshold is None or searched <= 0 or best.score / searched >= threshold
+
+    def says_again(self, best: Sequence[int], start: int, tokenizer: Tokenizer) -> bool:
+        """True when at least :data:`SAID_AGAIN` of the word pairs of ``best``'s text past its first ``start``
+        tokens were said before (:func:`~simulst.sequences.repeated_share`; the text before looked back on as far
+        as the loop guard looks): a paraphrase of what came before, which Whisper writes where it reads audio it
+        has transcribed already and may not loop."""
+        def words(tokens: Sequence[int]) -> list[str]:
+            text = tokenizer.decode(list(tokens)).lower()
+            return [w for w in ("".join(c for c in part if c.isalnum()) for part in text.split()) if w]
+        before = words(best[max(0, start - LOOP_LOOKBACK) : start])
+        return repeated_share(before, words(best[start:])) >= SAID_AGAIN
 
     def loop_only(self, best: Sequence[int], committed: int, tokenizer: Tokenizer) -> bool:
         """True when all of ``best``'s text past its ``committed`` tokens is a repetition loop: the loop guard

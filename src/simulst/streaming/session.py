@@ -21,6 +21,7 @@ do the rest (:mod:`~simulst.streaming.buffer`, :mod:`~simulst.streaming.decoding
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,7 @@ from simulst.streaming.guards import Guards
 from simulst.streaming.memory import release_free_memory
 from simulst.streaming.prompt import PromptBuilder, initial_prompt
 from simulst.streaming.segmenter import VadSegmenter
-from simulst.types import Costs, Emission
+from simulst.types import Costs, Emission, Hypothesis
 
 
 @dataclass
@@ -251,20 +252,44 @@ class Session(OutputView):
         """A decode to be committed whole (a full buffer, a segment, the source's end) of the buffer's first
         ``samples``. When its best hypothesis, prompted with the stream's previous text, is a repetition loop from
         its first new token (:meth:`Guards.loop_only`), the context starts afresh after the committed tokens
-        (counted) and the audio is decoded again.
+        (counted) and the audio is decoded again. When the best hypothesis (so decoded) still runs into a loop
+        (:meth:`Guards.kept_before_loop`), the audio is searched once more with the loop barred
+        (``Query.block_loops``), and that search is committed in its place when it adds to the text the loop guard
+        keeps, the low-confidence guard finds it sure (:meth:`Guards.confident`) and what it adds does not say
+        that text again in other words (:meth:`Guards.says_again`; counted either way).
 
-        Why: a prompt that holds a loop's text makes Whisper recite it. The loop guard commits none of it, so the
-        audio would be dropped with its speech untranslated, and the next buffer read with the same prompt, until
-        the stream ends (``bench/results/longform_phases_loop_retry/``)."""
+        Why: the loop guard commits none of a loop, and a decode committed whole is not read again, so the speech
+        after the loop would be dropped unsaid (``bench/results/longform_phases_vad_translate/``; openai/whisper
+        decodes a window whose text compresses too well again at a higher temperature). A prompt that holds a loop's
+        text makes Whisper recite it: left, the next buffer would be read with the same prompt, until the stream
+        ends (``bench/results/longform_phases_loop_retry/``)."""
         decoded = self.decoder.decode(reason, samples)
-        committed = self.state.output.committed
-        if not decoded.hyps or not self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
-                or not self.guards.loop_only(decoded.hyps[0].tokens, len(committed), self.model.tokenizer):
+        committed, costs = self.state.output.committed, self.state.costs
+        if decoded.hyps and self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
+                and self.guards.loop_only(decoded.hyps[0].tokens, len(committed), self.model.tokenizer):
+            self.prompt.restart(len(committed))
+            self.decoder.reprompted()
+            costs.count("loop_context_restarts")
+            decoded = self.decoder.decode(reason, samples)
+        kept = self.guards.kept_before_loop(decoded.hyps[0].tokens, len(committed), self.model.tokenizer) \
+            if decoded.hyps else None
+        if kept is None:
             return decoded
-        self.prompt.restart(len(committed))
-        self.decoder.reprompted()
-        self.state.costs.count("loop_context_restarts")
-        return self.decoder.decode(reason, samples)
+        blocked = self.decoder.decode(reason, samples, block_loops=True)
+        if not blocked.hyps or not self._says_more(blocked.hyps[0], decoded.hyps[0].tokens[:kept]):
+            costs.count("loop_fallbacks_dropped")
+            return decoded
+        costs.count("loop_fallbacks")
+        return blocked
+
+    def _says_more(self, blocked: Hypothesis, kept: Sequence[int]) -> bool:
+        """A search with loops barred is committed in place of one whose loop the guard cuts (leaving ``kept``)
+        when it adds to ``kept`` (or, taking another way, to the committed text), the low-confidence guard finds it
+        sure, and what it adds is not mostly said before."""
+        committed = len(self.state.output.committed)
+        added = len(kept) if tuple(blocked.tokens[: len(kept)]) == tuple(kept) else committed
+        return len(blocked.tokens) > added and self.guards.confident(blocked, committed) \
+            and not self.guards.says_again(blocked.tokens, added, self.model.tokenizer)
 
     def _drop(self, cut: int, base: int, count: bool = True) -> None:
         """Remove the first ``cut`` samples of the buffer; committed tokens up to ``base`` now precede it."""
