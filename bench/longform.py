@@ -185,6 +185,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # longer
     "vad-pause-1.5": ("balanced", {"vad": True, "vad_pause_ms": 1500.0}, {}),
     "vad-pause-2": ("balanced", {"vad": True, "vad_pause_ms": 2000.0}, {}),
+    "accurate-vad": ("accurate", {"vad": True}, {}),  # (translation: accurate's pause is 1.5 s too)
+    "low-vad": ("low", {"vad": True}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
