@@ -146,8 +146,9 @@ _NO_VAD = {"vad": False}
 # stalls until its 30 s buffer was full) for less compute and a BLEU that cannot be told from the default's before;
 # on the Spanish and Portuguese talks as close to offline translation; on the dev utterances the same BLEU
 # (bench/results/longform_phases_vad_translate/, quality_latency_grids_translate.md). A pause of 1 s ends more
-# segments inside a sentence, whose clauses are then translated apart. low and accurate were not measured with the
-# VAD and do without it; all three name the pause (with --vad, theirs too is 1.5 s).
+# segments inside a sentence, whose clauses are then translated apart. accurate does without it: with it, on those
+# talks, it read no more BLEU than balanced and came later (longform_phases_vad_translate/accurate/); low was not
+# measured with it. All three name the pause (with --vad, theirs too is 1.5 s).
 _SENTENCE_PAUSE = {"vad_pause_ms": 1500.0}
 
 # Every preset names its search and policy, so that its flags typed without --latency give it (not the balanced
