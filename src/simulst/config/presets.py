@@ -144,8 +144,9 @@ _NO_VAD = {"vad": False}
 # A translation's balanced point listens too, a segment ending at a pause of 1.5 s: on the German and French dev
 # talks over three chunk grids its words come about half as late (the default before it held sentences back at loop
 # stalls until its 30 s buffer was full) for less compute and a BLEU that cannot be told from the default's before;
-# on the Spanish and Portuguese talks as close to offline translation; on the dev utterances the same BLEU
-# (bench/results/longform_phases_vad_translate/, quality_latency_grids_translate.md). A pause of 1 s ends more
+# on the Spanish and Portuguese talks as close to offline translation; on the dev utterances a BLEU that cannot be
+# told from the one before, the words a little later (bench/results/longform_phases_vad_translate/,
+# quality_latency_grids_translate.md). A pause of 1 s ends more
 # segments inside a sentence, whose clauses are then translated apart. accurate does without it: with it, on those
 # talks, it read no more BLEU than balanced and came later (longform_phases_vad_translate/accurate/); low was not
 # measured with it. All three name the pause (with --vad, theirs too is 1.5 s).
