@@ -148,8 +148,9 @@ _NO_VAD = {"vad": False}
 # told from the one before, the words a little later (bench/results/longform_phases_vad_translate/,
 # quality_latency_grids_translate.md). A pause of 1 s ends more
 # segments inside a sentence, whose clauses are then translated apart. accurate does without it: with it, on those
-# talks, it read no more BLEU than balanced and came later (longform_phases_vad_translate/accurate/); low was not
-# measured with it. All three name the pause (with --vad, theirs too is 1.5 s).
+# talks, it read no more BLEU than balanced and came later (longform_phases_vad_translate/accurate/); so does low,
+# whose BLEU and delay with it could not be told from without it (low/). All three name the pause (with --vad,
+# theirs too is 1.5 s).
 _SENTENCE_PAUSE = {"vad_pause_ms": 1500.0}
 
 # Every preset names its search and policy, so that its flags typed without --latency give it (not the balanced
