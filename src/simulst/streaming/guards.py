@@ -67,8 +67,7 @@ class Guards:
         early = self.early_logprob_threshold
         if early is not None and samples <= self.segment:
             threshold = early if threshold is None else max(threshold, early)
-        searched = len(best.tokens) - committed + int(best.finished)
-        if threshold is None or searched <= 0 or best.score / searched >= threshold:
+        if _sure(best, committed, threshold):
             return False
         costs.count("unsure_skips")
         return True
@@ -140,9 +139,7 @@ class Guards:
     def confident(self, best: Hypothesis, committed: int) -> bool:
         """True when the best hypothesis's tokens after the ``committed`` ones have a mean log-probability of at
         least the low-confidence threshold (no threshold, or no such tokens: True); uncounted."""
-        searched = len(best.tokens) - committed + int(best.finished)
-        threshold = self.logprob_threshold
-        return threshold is None or searched <= 0 or best.score / searched >= threshold
+        return _sure(best, committed, self.logprob_threshold)
 
     def says_again(self, best: Sequence[int], start: int, tokenizer: Tokenizer) -> bool:
         """True when at least :data:`SAID_AGAIN` of the word pairs of ``best``'s text past its first ``start``
@@ -150,8 +147,7 @@ class Guards:
         as the loop guard looks): a paraphrase of what came before, which Whisper writes where it reads audio it
         has transcribed already and may not loop."""
         def words(tokens: Sequence[int]) -> list[str]:
-            text = tokenizer.decode(list(tokens)).lower()
-            return [w for w in ("".join(c for c in part if c.isalnum()) for part in text.split()) if w]
+            return [w for w in map(_bare, tokenizer.decode(list(tokens)).split()) if w]
         before = words(best[max(0, start - LOOP_LOOKBACK) : start])
         return repeated_share(before, words(best[start:])) >= SAID_AGAIN
 
@@ -184,12 +180,25 @@ def _loop_cut(target: Sequence[int], tokens: Sequence[int], found: tuple[int, in
     return _copy_start(target, keep, committed, tokenizer)
 
 
+def _sure(best: Hypothesis, committed: int, threshold: float | None) -> bool:
+    """The best hypothesis's tokens after the ``committed`` ones (its ``<eos>`` counted) have a mean log-probability
+    of at least ``threshold`` (None, or no such tokens: True)."""
+    searched = len(best.tokens) - committed + int(best.finished)
+    return threshold is None or searched <= 0 or best.score / searched >= threshold
+
+
+def _bare(text: str) -> str:
+    """``text`` lower-cased, its letters and digits alone: words that differ only in case and punctuation match."""
+    return "".join(c for c in text.lower() if c.isalnum())
+
+
 def _same_word(a: int, b: int, tokenizer: Tokenizer) -> bool:
     """Two tokens that differ only in case and punctuation (" The" and " the"; the same token: a copy that the
     loop's rules would have found already)."""
-    def word(token: int) -> str:
-        return "".join(c for c in tokenizer.decode([token]).lower() if c.isalnum())
-    return a != b and word(a) != "" and word(a) == word(b)
+    if a == b:
+        return False
+    word = _bare(tokenizer.decode([a]))
+    return word != "" and word == _bare(tokenizer.decode([b]))
 
 
 def _copy_start(target: Sequence[int], keep: int, committed: int, tokenizer: Tokenizer) -> int:
