@@ -42,9 +42,10 @@ class ModelOptions:
             :func:`~simulst.models.device.precision_on`).
         screen_vocabulary: on the CPU with ``fp32`` or ``bf16``, the vocabulary projection scores every token with
             an int8 copy of the embedding and the best 64 of each row exactly (:meth:`WhisperNet.screen_vocabulary
-            <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the same greedy and beam choices at a
-            fraction of the projection's cost (``bench/results/performance.md``); log-probabilities move by int8
-            rounding only. False: the exact projection.
+            <simulst.models.whisper_net.WhisperNet.screen_vocabulary>`): the best tokens of each row are
+            the exact projection's, at a fraction of its cost (``bench/results/performance.md``); the other
+            log-probabilities move by int8 rounding, so a close call between beams or at a guard's threshold can
+            go the other way (a word here and there). False: the exact projection (a GPU's).
         ctc_head: a CTC head file for the encoder, ``"default"`` (the one shipped for the model), or None.
     """
 
@@ -80,7 +81,8 @@ class ModelOptions:
         default_help="the head shipped for the model when --policy ctc or --ctc-weight needs one (Whisper tiny.en)"))
     screen_vocabulary: bool = field(default=True, metadata=flag(
         "--screen-vocabulary", "fp32 or bf16 on the CPU: score the vocabulary in int8 and the best 64 tokens of each "
-        "row exactly (the same choices, a fraction of the projection's cost)", group=MODEL))
+        "row exactly (the same best tokens, a fraction of the projection's cost; a close call between beams can go "
+        "the other way)", group=MODEL))
 
     def __post_init__(self) -> None:
         if self.language is not None and self.language.strip().lower() == "auto":

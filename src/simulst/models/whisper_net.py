@@ -414,8 +414,9 @@ class WhisperNet(nn.Module):
         so every greedy or beam choice are those of the float32 projection (the exact top tokens are among the
         int8 top ``SCREEN_TOP`` unless two logits ``SCREEN_TOP`` ranks apart differ by less than the int8 error,
         about 0.2 (standard deviation) on tiny.en's decoder states); the other logits are the int8 estimates, which
-        enter only the softmax normaliser: log-probabilities move by 0.004 on average (at most 0.09 over 400 real
-        decoder states, in the flattest distributions), and each row is quantised alike alone or batched.
+        enter only the softmax normaliser: log-probabilities move by int8 rounding (most in the flattest
+        distributions), so beams whose scores are that close, or a mean log-probability at a guard's threshold,
+        can be decided the other way than with the exact projection; each row is quantised alike alone or batched.
         """
         quantized: Any = _int8_linears(nn.Sequential(self._embedding_head()))
         # only the packed weights are kept (a plain attribute: not a parameter of the state dict)
