@@ -411,12 +411,12 @@ class WhisperNet(nn.Module):
         Why: projecting one decoder state streams all of E (51864 x 384 floats, 80 MB for tiny) through the CPU,
         the largest part of a decoder step; the int8 copy is a quarter of that and runs on integer kernels (7 ms
         -> 1.5 ms a row on this project's 2-core CPU). The tokens a search reads (the best few of each row) and
-        so every greedy or beam choice are those of the float32 projection (the exact top tokens are among the
-        int8 top ``SCREEN_TOP`` unless two logits ``SCREEN_TOP`` ranks apart differ by less than the int8 error,
-        about 0.2 (standard deviation) on tiny.en's decoder states); the other logits are the int8 estimates, which
-        enter only the softmax normaliser: log-probabilities move by int8 rounding (most in the flattest
-        distributions), so beams whose scores are that close, or a mean log-probability at a guard's threshold,
-        can be decided the other way than with the exact projection; each row is quantised alike alone or batched.
+        so every greedy choice are those of the float32 projection (the exact top tokens are among the int8 top
+        ``SCREEN_TOP`` unless two logits ``SCREEN_TOP`` ranks apart differ by less than the int8 error, about 0.2
+        (standard deviation) on tiny.en's decoder states); the other logits are the int8 estimates, which enter
+        only the softmax normaliser: log-probabilities move by int8 rounding (most in the flattest distributions),
+        so beams whose scores differ by about that much, or a mean log-probability at a guard's threshold, can be
+        decided the other way than with the exact projection; each row is quantised alike alone or batched.
         """
         quantized: Any = _int8_linears(nn.Sequential(self._embedding_head()))
         # only the packed weights are kept (a plain attribute: not a parameter of the state dict)
