@@ -11,12 +11,15 @@ the grids: its grids are not independent draws, the utterances are).
 
 ``A1,A2,...:B1,B2,...``: the logs of A and of B on the same grids, in the same order; a name is a row of the main
 table (``quality_latency/<task>/NAME/``) or a variant (``quality_latency/<task>_explore/NAME/``). Writes
-``bench/results/quality_latency_grids.md`` (transcribe; ``quality_latency_grids_translate.md``: translate) anew,
-with the comparisons asked for (name the page's earlier ones again): per comparison, each side's mean quality and AL
-over the grids, and the pooled interval of B − A. ``--per-set A:B`` (repeatable) adds a table of that comparison on
-each dev set alone (jfk, fleurs-en-dev, librispeech-other-dev; fleurs-de, fleurs-fr): a goal stated for one set
-(LibriSpeech) is checked on it, not only on the pool. It runs nothing: the logs come from ``quality_latency.py``
-(``--variant``).
+``bench/results/quality_latency_grids.md`` (transcribe; ``quality_latency_grids_translate.md``: translate): per
+comparison, each side's mean quality and AL over the grids, and the pooled interval of B − A. ``--per-set A:B``
+(repeatable) adds a table of that comparison on each dev set alone (jfk, fleurs-en-dev, librispeech-other-dev;
+fleurs-de, fleurs-fr): a goal stated for one set (LibriSpeech) is checked on it, not only on the pool. It runs
+nothing: the logs come from ``quality_latency.py`` (``--variant``).
+
+The page's earlier rows stay as they were computed (:func:`merged_rows`): a comparison asked for again replaces its
+row, a new one is added after them. Why: a main-table name (``balanced``) reads whatever log that row holds now, a
+later preset's, so an old comparison computed again would pair the new log with the old grids' variants.
 """
 
 from __future__ import annotations
@@ -118,6 +121,29 @@ def compared(task: str, grids_a: Sequence[Sequence[InstanceRecord]],
             "B − A": interval.describe(), f"B − A ({second})": also.describe()}
 
 
+def merged_rows(old_page: str, first_column: str, rows: Sequence[dict[str, object]],
+                columns: Sequence[str]) -> list[str]:
+    """The table lines of ``rows`` merged into the page's earlier table whose header starts with ``first_column``:
+    each earlier line kept in place unless a row of the same key (every column before the grid count) replaces
+    it, the other rows added after them."""
+    key_width = columns.index("grids")
+    new = [markdown_table([row], columns).splitlines()[2] for row in rows]
+    def key(line: str) -> tuple[str, ...]:
+        return tuple(cell.strip() for cell in line.strip().strip("|").split("|")[:key_width])
+    lines = old_page.splitlines()
+    header = f"| {first_column} | "
+    start = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+    earlier = []
+    if start is not None:
+        for line in lines[start + 2 :]:
+            if not line.startswith("|"):
+                break
+            earlier.append(line)
+    replacing = {key(line): line for line in new}
+    kept = [replacing.pop(key(line), line) for line in earlier]
+    return kept + [line for line in new if key(line) in replacing]
+
+
 def grids_page(task: str) -> str:
     """The task's page: one per task (each run writes its task's comparisons, all of them, again)."""
     return "quality_latency_grids.md" if task == "transcribe" else f"quality_latency_grids_{task}.md"
@@ -126,10 +152,12 @@ def grids_page(task: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=TASKS, required=True)
-    parser.add_argument("--compare", action="append", required=True, metavar="A1,A2,...:B1,B2,...")
+    parser.add_argument("--compare", action="append", default=[], metavar="A1,A2,...:B1,B2,...")
     parser.add_argument("--per-set", action="append", default=[], metavar="A1,A2,...:B1,B2,...",
-                        help="also compare these on each dev set alone (a second table; name them again each run)")
+                        help="also compare these on each dev set alone (a second table)")
     args = parser.parse_args()
+    if not args.compare and not args.per_set:
+        parser.error("nothing to compare: give --compare or --per-set")
     metric, second = QUALITY[args.task]
     rows = []
     for spec in args.compare:
@@ -153,11 +181,15 @@ def main() -> None:
         "bootstrap 95 % interval over utterances, each drawn with its outputs on every grid; "
         f"`B − A ({second})`: the same for {second}.\n\n"
     )
-    text = header + markdown_table(rows, columns)
-    if set_rows:
-        text += ("\n\n## Per dev set\n\nThe same, each dev set's utterances alone (`--per-set`); an interval over "
-                 "a few utterances is wide.\n\n" + markdown_table(set_rows, ["set", *columns[1:]]))
     page = RESULTS / grids_page(args.task)
+    old = page.read_text(encoding="utf-8") if page.is_file() else ""
+    table = markdown_table([], columns) + "\n" + "\n".join(merged_rows(old, "task", rows, columns))
+    text = header + table.rstrip("\n")
+    set_columns = ["set", *columns[1:]]
+    set_lines = merged_rows(old, "set", set_rows, set_columns)
+    if set_lines:
+        text += ("\n\n## Per dev set\n\nThe same, each dev set's utterances alone (`--per-set`); an interval over "
+                 "a few utterances is wide.\n\n" + markdown_table([], set_columns) + "\n" + "\n".join(set_lines))
     write_report(page, text)
     print(page.read_text(encoding="utf-8"))
 
