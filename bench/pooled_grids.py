@@ -145,7 +145,7 @@ def merged_rows(old_page: str, first_column: str, rows: Sequence[dict[str, objec
 
 
 def grids_page(task: str) -> str:
-    """The task's page: one per task (each run writes its task's comparisons, all of them, again)."""
+    """The task's page: one per task (each run adds the comparisons it is given, or replaces them)."""
     return "quality_latency_grids.md" if task == "transcribe" else f"quality_latency_grids_{task}.md"
 
 
