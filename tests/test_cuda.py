@@ -91,6 +91,10 @@ FLEURS = {"de": ("fleurs-de-001", "t-rex"), "fr": ("fleurs-fr-003", "phrase")}
 
 @cache
 def _base(flags: str, device: str, language: str) -> WhisperModel:
+    try:
+        resolve("whisper-base")
+    except ModelLoadError as err:
+        pytest.skip(f"Whisper base is neither installed nor cached: {err}")
     args = _args(f"{flags} --model whisper-base --language {language} --device {device} --no-screen-vocabulary")
     model = model_from_args(args, "translate")
     assert isinstance(model, WhisperModel)
@@ -98,12 +102,9 @@ def _base(flags: str, device: str, language: str) -> WhisperModel:
 
 
 def _translate(flags: str, device: str, language: str) -> str:
-    try:
-        resolve("whisper-base")
-    except ModelLoadError as err:
-        pytest.skip(f"Whisper base is neither installed nor cached: {err}")
+    model = _base(flags, device, language)
     audio = load_audio(DATA / "audio" / "fleurs-multi" / f"{FLEURS[language][0]}.wav")
-    session = Session(_base(flags, device, language), stream_options_from_args(_args(flags), "translate"))
+    session = Session(model, stream_options_from_args(_args(flags), "translate"))
     return "".join(e.text for e in push_in_pieces(session, audio, session.chunk_samples))
 
 
@@ -116,7 +117,6 @@ def test_gpu_translates_as_the_cpu(flags: str, language: str) -> None:
 
 
 def test_batched_gpu_translations_equal_serial() -> None:
-    _translate("--latency balanced", "cuda", "de")  # skips where Whisper base is missing
     model = _base("--latency balanced", "cuda", "de")
     options = stream_options_from_args(_args("--latency balanced"), "translate")
     german = [load_audio(DATA / "audio" / "fleurs-multi" / f"fleurs-de-00{i}.wav") for i in range(3)]
