@@ -17,11 +17,11 @@ was spoken, averaged like AL) and ``RTF_live`` are added: what a live listener m
 
 Data (dev sets only; the held-out sets judge the defaults elsewhere):
 
-* ``transcribe``: Whisper tiny.en on jfk + fleurs-en-dev + librispeech-other-dev (57 utterances, 7.3 min).
+* ``transcribe``: Whisper tiny.en on jfk + fleurs-en-dev + librispeech-other-dev (56 utterances, 7.3 min).
 * ``translate``: Whisper base X→English on the fleurs-multi de and fr utterances with English references (20).
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/quality_latency.py --task translate [--configs offline,balanced,...]
-        [--realtime] [--peers bench/results/peers] [--limit N]
+        [--realtime] [--peers FOLDER] [--limit N]
 
 Variants: ``--variant NAME="FLAGS"`` (repeatable) runs the task with FLAGS as a user would give them on the command
 line (under ``--latency balanced`` unless FLAGS name another), logs it under
@@ -236,7 +236,9 @@ def main() -> None:
     parser.add_argument("--task", choices=TASKS, required=True)
     parser.add_argument("--configs", default="offline,before,low,balanced,accurate")
     parser.add_argument("--realtime", action="store_true", help="also feed each utterance at real-time pace")
-    parser.add_argument("--peers", type=Path, default=None, help="bench/peers.py's output folder")
+    parser.add_argument("--peers", type=Path, default=RESULTS / "peers",
+                        help="bench/peers.py's output folder, whose logs of the task are scored as the peers' rows "
+                             "(default: %(default)s; a table written without them would drop the peers)")
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
     parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="FLAGS"',
@@ -286,9 +288,8 @@ def main() -> None:
         return
     rows = [score_row(args.task, name, table[name].summary, records, logs) for name, records in logs.items()
             if name in table]
-    if args.peers is not None:
-        rows += [score_row(args.task, f"peer: {name}", name, records, logs)
-                 for name, records in read_peers(args.peers, args.task).items()]
+    rows += [score_row(args.task, f"peer: {name}", name, records, logs)
+             for name, records in read_peers(args.peers, args.task).items()]
     write(args.out, args.task, rows, machine_note(load_before, anchor_ms), [] if args.rescore else names,
           args.realtime)
 
@@ -300,7 +301,7 @@ def write(out: Path, task: str, rows: list[dict[str, Any]], note: str, ran: Sequ
     if csv_path.is_file():
         with csv_path.open(encoding="utf-8") as f:
             kept = [{k: csv_number(v) for k, v in r.items()} for r in csv.DictReader(f) if r["task"] != task]
-    all_rows = kept + rows
+    all_rows = sorted(kept + rows, key=lambda r: TASKS.index(r["task"]))  # (each task's rows together, in order)
     old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
     runs = [line for line in old.splitlines() if line.startswith("* Run ")]
     if ran:  # (a rescore runs nothing: the notes of the runs that made the logs stay as they are)

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from quality_latency import configs, explored, variant, write_variants
+from quality_latency import configs, explored, read_peers, variant, write, write_variants
 from simulst.config import PolicyOptions
 from simulst.evaluation.instances import InstanceRecord, write_log
 
@@ -61,6 +61,28 @@ def test_logged_variants_are_found_with_their_flags(tmp_path: Path) -> None:
     assert list(found) == ["chunk-800"]
     flags, records = found["chunk-800"]
     assert flags == "--chunk-ms 800" and records[0].prediction == "a b"
+
+
+def test_the_peers_logs_of_a_task_are_read_by_peer_and_chunk(tmp_path: Path) -> None:
+    record = InstanceRecord(index=0, prediction="a", delays=[500.0], elapsed=[900.0], source_length=1000.0)
+    for name in ("whisper-streaming_transcribe_500ms", "simulstreaming_translate_1000ms"):
+        (tmp_path / name).mkdir()
+        write_log(tmp_path / name / "instances.log", [record])
+    assert list(read_peers(tmp_path, "transcribe")) == ["whisper-streaming 500ms"]
+    assert list(read_peers(tmp_path / "missing", "transcribe")) == []  # (no folder: no peer rows)
+
+
+def test_the_table_keeps_the_other_tasks_rows_and_each_task_together(tmp_path: Path) -> None:
+    def row(task: str, config: str) -> dict[str, object]:
+        return {"task": task, "config": config, "options": config, "n": 1, "Q1": 10.0, "AL": 1.0}
+
+    write(tmp_path, "translate", [row("translate", "balanced")], "note", ["balanced"], False)
+    write(tmp_path, "transcribe", [row("transcribe", "balanced"), row("transcribe", "peer: x 500ms")], "note",
+          [], False)
+    lines = [line for line in (tmp_path / "quality_latency.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("| trans")]
+    assert [line.split(" | ")[:2] for line in lines] == [
+        ["| transcribe", "balanced"], ["| transcribe", "peer: x 500ms"], ["| translate", "balanced"]]
 
 
 def _log(predictions: list[str], references: list[str]) -> list[InstanceRecord]:
