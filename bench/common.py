@@ -37,6 +37,7 @@ class Item:
     id: str
     audio: np.ndarray
     transcript: str
+    language: str = "en"
 
     @property
     def source_ms(self) -> float:
@@ -50,6 +51,19 @@ def english_set() -> list[Item]:
         for line in (DATA / manifest).read_text(encoding="utf-8").splitlines()[1:]:
             uid, audio, _duration, transcript = line.split("\t")[:4]
             items.append(Item(uid, load_audio(DATA / audio), transcript))
+    return items
+
+
+def translation_set(per_language: int = 3) -> list[Item]:
+    """The first ``per_language`` German and French fleurs-multi utterances with their English references, audio
+    loaded at 16 kHz; each :attr:`Item.language` is its source language."""
+    references = dict(line.split("\t", 1) for line in
+                      (DATA / "references.en.tsv").read_text(encoding="utf-8").splitlines()[1:])
+    items: list[Item] = []
+    for line in (DATA / "fleurs-multi.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        uid, audio, _duration, _transcript, language = line.split("\t")[:5]
+        if uid in references and sum(i.language == language for i in items) < per_language:
+            items.append(Item(uid, load_audio(DATA / audio), references[uid].strip(), language))
     return items
 
 

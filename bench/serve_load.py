@@ -8,19 +8,21 @@ as there are cores, each on one core, the CPU default) a server process is start
 options (``--server-args``; ``--batching on`` / ``--batching off --workers 1`` / ``--batching off``), then:
 
 1. **Reference**: each of the 6 shared English utterances (jfk + fleurs-en-dev) is streamed alone, at the pace
-   of a live speaker (100 ms frames, sent when they would have been spoken).
+   of a live speaker (100 ms frames, sent when they would have been spoken). ``--task translate``: 3 German and 3
+   French fleurs-multi utterances instead, each stream asking for Whisper's translation into English with its
+   language named, on a multilingual model (``--model whisper-base`` unless ``--server-args`` say otherwise).
 2. **Load**: for N = 1, 2, 4, 8, ... clients at once, client i streams utterance i mod 6 (starts staggered over
-   one chunk, as real clients come at random phases). Per client: AL_CA = AL (SimulEval, word unit, |Y*| =
-   reference words) on each word's delay = the client's clock when the emission that wrote it arrived (from its
-   first frame); AL on the source clock (``source_ms``). Per N: AL_CA p50 / p95 over clients, the mean AL, WER,
-   the largest lag (arrival − source time of an emission) and how many outputs equal that utterance's reference
-   output of step 1 (equal text).
+   one chunk of the task's ``balanced`` preset, as real clients come at random phases). Per client: AL_CA = AL
+   (SimulEval, word unit, |Y*| = reference words) on each word's delay = the client's clock when the emission that
+   wrote it arrived (from its first frame); AL on the source clock (``source_ms``). Per N: AL_CA p50 / p95 over
+   clients, the mean AL, WER (a translation: BLEU), the largest lag (arrival − source time of an emission) and how
+   many outputs equal that utterance's reference output of step 1 (equal text).
 
 The capacity of a mode is the largest N whose mean AL_CA is at most ``--target-al`` (2 s). Results:
 ``bench/results/serve_load.md`` (+ ``.csv``). Run on a quiet machine (nothing else running):
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/serve_load.py [--clients 1,2,4,6,8,10] [--modes batched,serial,parallel]
-        [--server-args "--policy ctc"] [--repeat 3]
+        [--server-args "--policy ctc"] [--repeat 3] [--task translate] [--target-al 3] [--out FILE]
 
 A single run of N clients lasts about as long as the longest utterance, and near the capacity a few late streams
 dominate its mean, so one run is a noisy figure. ``--repeat R`` runs each N R times (run k staggers the clients by
@@ -53,12 +55,13 @@ from common import (
     machine_note,
     markdown_table,
     speed_anchor_ms,
+    translation_set,
     write_csv,
     write_report,
 )
-from simulst.config import StreamOptions
+from simulst.config.presets import preset
 from simulst.evaluation.latency import average_lagging
-from simulst.evaluation.quality import normalize_for_wer, wer
+from simulst.evaluation.quality import bleu, normalize_for_wer, wer
 from simulst.server.client import ClientResult, stream_audio
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -112,10 +115,12 @@ class Server:
             self.process.kill()
 
 
-async def run_clients(url: str, items: list[Item], delays_s: list[float]) -> list[ClientResult]:
+async def run_clients(url: str, items: list[Item], delays_s: list[float], task: str = "transcribe"
+                      ) -> list[ClientResult]:
     async def one(item: Item, delay: float) -> ClientResult:
         await asyncio.sleep(delay)
-        return await stream_audio(url, item.audio, 16000, frame_ms=100.0, realtime=True)
+        start = {"task": task, "language": item.language} if task == "translate" else None
+        return await stream_audio(url, item.audio, 16000, start=start, frame_ms=100.0, realtime=True)
 
     return list(await asyncio.gather(*(one(i, d) for i, d in zip(items, delays_s, strict=True))))
 
@@ -145,8 +150,17 @@ def mean_s(values_ms: list[float | None]) -> float:
     return statistics.fmean(present) if present else float("nan")
 
 
+def quality(task: str, results: list[ClientResult], items: list[Item]) -> dict[str, float]:
+    """The clients' outputs scored against the references: WER (%, normalised) of a transcription, sacreBLEU's
+    BLEU of a translation."""
+    texts, references = [r.text for r in results], [i.transcript for i in items]
+    if task == "translate":
+        return {"BLEU": bleu(texts, references)}
+    return {"WER": wer(texts, references, normalize_for_wer)}
+
+
 def row(mode: str, n: int, items: list[Item], results: list[ClientResult], reference: dict[str, str],
-        before: dict[str, Any], after: dict[str, Any], runs: int = 1) -> dict[str, object]:
+        before: dict[str, Any], after: dict[str, Any], runs: int = 1, task: str = "transcribe") -> dict[str, object]:
     """One table row of N clients from ``runs`` runs of them: ``items`` and ``results`` hold every run's clients
     (run by run), pooled; ``AL_CA runs`` is the range of the runs' own means and ``jobs`` the mean per run
     (rounded)."""
@@ -162,7 +176,7 @@ def row(mode: str, n: int, items: list[Item], results: list[ClientResult], refer
         "mode": mode, "N": n, "AL_CA mean": mean_s(per_client),
         "AL_CA p50": percentile(ca, 0.5), "AL_CA p95": percentile(ca, 0.95),
         "AL": mean_s([al(r, i) for r, i in zip(results, items, strict=True)]),
-        "WER": wer([r.text for r in results], [i.transcript for i in items], normalize_for_wer),
+        **quality(task, results, items),
         "max lag s": max(lags) if lags else float("nan"), "equal": f"{equal}/{len(results)}",
         "jobs": round((after["jobs"] - before["jobs"]) / runs), "runs": runs,
         "AL_CA runs": f"{min(run_means):.3f}-{max(run_means):.3f}",
@@ -177,14 +191,14 @@ def row(mode: str, n: int, items: list[Item], results: list[ClientResult], refer
 
 
 def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int], chunk_s: float,
-             repeat: int = 1) -> list[dict]:
+             repeat: int = 1, task: str = "transcribe") -> list[dict]:
     server = Server(mode, extra)
     rows: list[dict[str, object]] = []
     try:
         reference: dict[str, str] = {}
         alone: list[ClientResult] = []
         for item in items:  # each utterance alone: the reference output
-            [result] = asyncio.run(run_clients(server.ws, [item], [0.0]))
+            [result] = asyncio.run(run_clients(server.ws, [item], [0.0], task))
             reference[item.id] = result.text
             alone.append(result)
         print(f"{mode}: references done", file=sys.stderr, flush=True)
@@ -194,8 +208,8 @@ def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int],
             results: list[ClientResult] = []
             for k in range(repeat):  # run k staggers its clients by (i + k / repeat) / n of a chunk
                 delays = [chunk_s * (i + k / repeat) / n for i in range(n)]
-                results += asyncio.run(run_clients(server.ws, chosen, delays))
-            rows.append(row(mode, n, chosen * repeat, results, reference, before, server.health(), repeat))
+                results += asyncio.run(run_clients(server.ws, chosen, delays, task))
+            rows.append(row(mode, n, chosen * repeat, results, reference, before, server.health(), repeat, task))
             print(f"  {rows[-1]}", file=sys.stderr, flush=True)
     finally:
         server.stop()
@@ -204,13 +218,19 @@ def run_mode(mode: str, extra: list[str], items: list[Item], clients: list[int],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
+                        help="what the clients ask for: English transcription (the 6 English utterances), or "
+                             "X->English translation (3 German and 3 French fleurs-multi utterances, each stream "
+                             "naming its language; the server's model must be multilingual: --server-args "
+                             "\"--model whisper-base\", the default for this task)")
     parser.add_argument("--clients", default="1,2,4,6,8,10")
     parser.add_argument("--modes", default="batched,serial,parallel")
-    parser.add_argument("--server-args", default="",
-                        help="model and stream options of both servers (default: none, the defaults)")
+    parser.add_argument("--server-args", default=None,
+                        help="model and stream options of the servers (default: none, the defaults; with --task "
+                             "translate: --model whisper-base)")
     parser.add_argument("--target-al", type=float, default=2.0, help="mean AL_CA bound of the capacity (s)")
-    parser.add_argument("--chunk-s", type=float, default=StreamOptions().chunk_ms / 1000.0,
-                        help="the servers' chunk (staggers the clients; default: the default chunk)")
+    parser.add_argument("--chunk-s", type=float, default=None,
+                        help="the servers' chunk (staggers the clients; default: the task's default preset's)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each N, their clients pooled in its row (each run at other stagger phases)")
     parser.add_argument("--out", default=str(RESULTS / "serve_load.md"))
@@ -219,37 +239,47 @@ def main() -> None:
         parser.error(f"--repeat must be >= 1, not {args.repeat}")
     load_before = load_average()
     anchor_ms = speed_anchor_ms()
-    items = english_set()
+    translating = args.task == "translate"
+    items = translation_set() if translating else english_set()
+    if args.server_args is None:
+        args.server_args = "--model whisper-base" if translating else ""
+    if args.chunk_s is None:
+        args.chunk_s = preset(args.task).settings["chunk_ms"] / 1000.0
+    columns = [("BLEU" if c == "WER" else c) for c in COLUMNS] if translating else COLUMNS
     clients = [int(n) for n in args.clients.split(",")]
     extra = shlex.split(args.server_args)
     rows: list[dict[str, object]] = []
     for mode in args.modes.split(","):
-        rows += run_mode(mode, extra, items, clients, args.chunk_s, args.repeat)
+        rows += run_mode(mode, extra, items, clients, args.chunk_s, args.repeat, args.task)
     capacity = {}
     for mode in args.modes.split(","):
         ok = [int(str(r["N"])) for r in rows if r["mode"] == mode and float(str(r["AL_CA mean"])) <= args.target_al]
         capacity[mode] = max(ok) if ok else 0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(out.with_suffix(".csv"), rows, COLUMNS)
+    write_csv(out.with_suffix(".csv"), rows, columns)
     caps = ", ".join(f"{mode} {n}" for mode, n in capacity.items())
     text = "\n".join([
         "# Concurrent real-time streams on `simulst serve` (loopback)",
         "",
-        f"`python bench/serve_load.py --clients {args.clients} --modes {args.modes}"
+        "`python bench/serve_load.py" + (" --task translate" if translating else "")
+        + f" --clients {args.clients} --modes {args.modes}"
         + (f" --repeat {args.repeat}" if args.repeat != 1 else "")
         + (f" --server-args \"{args.server_args}\"" if args.server_args else "") + "`",
         "",
         f"Machine: {machine_note(load_before, anchor_ms)}.",
         "",
-        "Each client streams one of the 6 shared English utterances (jfk + fleurs-en-dev) at the pace of a live "
-        "speaker in 100 ms frames; the server runs in its own process. AL_CA: each word's delay is the client's "
-        "clock when it arrived; AL: on the source clock; max lag: the largest (arrival - source time) of an "
-        "emission; equal: outputs equal to the utterance's output streamed alone; encode / step batch: the mean "
-        "number of streams per batched call; runs: runs of the N clients pooled in the row (each staggered at "
-        "other phases of a chunk), AL_CA runs: the range of their own mean AL_CA, jobs: per run.",
+        ("Each client streams one of 6 German and French fleurs-multi utterances (the first 3 of each language), "
+         "asking for its translation into English (Whisper's translate task, the stream's language named), "
+         if translating else "Each client streams one of the 6 shared English utterances (jfk + fleurs-en-dev) ")
+        + "at the pace of a live speaker in 100 ms frames; the server runs in its own process. AL_CA: each word's "
+        "delay is the client's clock when it arrived (|Y*| = reference words); AL: on the source clock; max lag: "
+        "the largest (arrival - source time) of an emission; equal: outputs equal to the utterance's output "
+        "streamed alone; encode / step batch: the mean number of streams per batched call; runs: runs of the N "
+        "clients pooled in the row (each staggered at other phases of a chunk), AL_CA runs: the range of their own "
+        "mean AL_CA, jobs: per run.",
         "",
-        markdown_table(rows, COLUMNS),
+        markdown_table(rows, columns),
         "",
         f"**Capacity** (largest N with a mean AL_CA <= {args.target_al:g} s): {caps}.",
     ])

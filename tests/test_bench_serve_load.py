@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from common import Item
+from common import Item, translation_set
 from serve_load import row
 from simulst.server.client import ClientResult
 
@@ -40,3 +40,17 @@ def test_one_run_is_its_own_range() -> None:
     items = [Item("a", np.zeros(16000, np.float32), "yes")]
     out = row("serial", 1, items, [client("yes", 500, 200)], {"a": "yes"}, {"jobs": 0}, {"jobs": 3})
     assert (out["AL_CA mean"], out["AL_CA runs"], out["jobs"], out["runs"]) == (pytest.approx(0.5), "0.500-0.500", 3, 1)
+
+
+def test_a_translation_row_is_scored_in_bleu_against_the_english_references() -> None:
+    items = [Item("de", np.zeros(16000, np.float32), "the cat sat on the mat", "de")]
+    out = row("parallel", 1, items, [client("the cat sat on the mat", 900, 700)], {"de": "x"}, {"jobs": 0},
+              {"jobs": 1}, task="translate")
+    assert out["BLEU"] == pytest.approx(100.0) and "WER" not in out
+    assert out["equal"] == "0/1"
+
+
+def test_the_translation_set_is_german_and_french_with_english_references() -> None:
+    items = translation_set(per_language=2)
+    assert [i.language for i in items] == ["de", "de", "fr", "fr"]
+    assert all(i.transcript and i.audio.ndim == 1 and i.audio.shape[0] > 16000 for i in items)
