@@ -32,7 +32,8 @@ WHISPER_TINY_EN = SHARED / "models" / "whisper-tiny.en"
 
 @dataclass(frozen=True)
 class Item:
-    """One utterance of a test set."""
+    """One utterance of a test set: its reference ``transcript`` (of a translation set: the English reference) and
+    its source ``language``."""
 
     id: str
     audio: np.ndarray

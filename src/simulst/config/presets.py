@@ -191,8 +191,9 @@ _BEAM_LA2 = {**_BEAM_3, "policy": "la-2"}
 # most of a stream's compute and the decoder's steps stream every weight for a few rows; with Whisper tiny.en the
 # bfloat16 model reads a WER that cannot be told from float32's at the same delay over three chunk grids on the
 # short and the long-form dev sets, for more live streams per CPU (bench/results/encoder_bf16.md,
-# bench/results/decoder_bf16.md). A translation's stay in float32: with Whisper base the bfloat16 encoder read the
-# same BLEU on the dev utterances but clearly less on the long-form dev talks.
+# bench/results/decoder_bf16.md). A translation's stay in float32: with Whisper base the bfloat16 encoder, and the
+# bfloat16 decoder alone, read the same BLEU on the dev utterances but less on the long-form dev talks, by intervals
+# that exclude zero (longform_phases_bf16_translate/, longform_phases_dec_bf16_translate/).
 _BFLOAT16 = {"encoder_precision": "auto", "precision": "auto"}
 
 # A transcription's balanced point commits a full stop, question or exclamation mark that ends a chunk's text (or the

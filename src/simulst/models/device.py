@@ -51,7 +51,8 @@ def precision_on(precision: str, device: torch.device, multilingual: bool) -> st
     """The precision ``precision`` (of the encoder or of the decoder) runs as on ``device`` for a model that is
     ``multilingual`` or not: ``auto`` is ``bf16`` for an English-only model on a CPU that multiplies in bfloat16
     natively (:func:`cpu_has_bfloat16`), else ``fp32`` (a multilingual model may translate, and Whisper base's
-    translation of long talks lost BLEU with a bfloat16 encoder); any other value is itself."""
+    translation of long talks lost BLEU with a bfloat16 encoder, and with a bfloat16 decoder); any other value is
+    itself."""
     if precision != "auto":
         return precision
     return "bf16" if device.type == "cpu" and not multilingual and cpu_has_bfloat16() else "fp32"
