@@ -50,7 +50,7 @@ from common import (
     write_report,
 )
 from serve_load import COLUMNS, free_port, row, run_clients
-from simulst.config import StreamOptions
+from simulst.config.presets import preset
 from simulst.server.client import ClientResult
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -144,8 +144,8 @@ def main() -> None:
                         help="model and stream options of every setup (default: none, the defaults)")
     parser.add_argument("--items", type=int, default=6, help="the first ITEMS utterances of the set (default 6: all)")
     parser.add_argument("--target-al", type=float, default=2.0, help="mean AL_CA bound of the capacity (s)")
-    parser.add_argument("--chunk-s", type=float, default=StreamOptions().chunk_ms / 1000.0,
-                        help="the servers' chunk (staggers the clients; default: the default chunk)")
+    parser.add_argument("--chunk-s", type=float, default=preset("transcribe").settings["chunk_ms"] / 1000.0,
+                        help="the servers' chunk (staggers the clients; default: the default preset's)")
     parser.add_argument("--out", default=str(RESULTS / "serve_cluster.md"))
     args = parser.parse_args()
     setups = args.setups.split(",")
