@@ -165,6 +165,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "c800-la-2": ("balanced", {"chunk_ms": 800.0, "policy": PolicyOptions.parse("la-2")}, {}),
     "early-0.5": ("balanced", {"early_logprob_threshold": -0.5}, {}),  # (a stricter early low-confidence guard)
     "early-0.6": ("balanced", {"early_logprob_threshold": -0.6}, {}),
+    "early-1.25": ("balanced", {"early_logprob_threshold": -1.25}, {}),  # (translation: whose auto is off)
     # translation: a beam search in every chunk, under beam agreement (BA-2) or LA-2
     "beam-3-ba-2": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-2")}, {}),
     "beam-3-ba-3": ("balanced", {"search": SearchOptions("beam", beam=3), "policy": PolicyOptions.parse("ba-3")}, {}),
