@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import platform
@@ -19,6 +20,7 @@ from simulst.audio.io import load_audio
 from simulst.config import StreamOptions
 from simulst.evaluation.bootstrap import ScoreFromStats, utterance_statistics
 from simulst.evaluation.latency import average_lagging, length_adaptive_average_lagging
+from simulst.evaluation.manifest import TestItem, read_manifest
 from simulst.evaluation.quality import normalize_for_wer, wer
 from simulst.models.base import SpeechModel
 from simulst.streaming.engine import SpeechEngine
@@ -55,17 +57,22 @@ def english_set() -> list[Item]:
     return items
 
 
+X2EN_LANGUAGES = ("de", "fr")  # the fleurs-multi languages with English references (references.en.tsv)
+
+
+def x2en_items(language: str) -> list[TestItem]:
+    """The fleurs-multi utterances of ``language`` (one of :data:`X2EN_LANGUAGES`) with their English references,
+    in manifest order."""
+    items = read_manifest(DATA / "fleurs-multi.tsv", references=DATA / "references.en.tsv", tgt_lang="en",
+                          src_langs=[language])
+    return [dataclasses.replace(item, reference=str(item.reference).strip()) for item in items]
+
+
 def translation_set(per_language: int = 3) -> list[Item]:
     """The first ``per_language`` German and French fleurs-multi utterances with their English references, audio
     loaded at 16 kHz; each :attr:`Item.language` is its source language."""
-    references = dict(line.split("\t", 1) for line in
-                      (DATA / "references.en.tsv").read_text(encoding="utf-8").splitlines()[1:])
-    items: list[Item] = []
-    for line in (DATA / "fleurs-multi.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        uid, audio, _duration, _transcript, language = line.split("\t")[:5]
-        if uid in references and sum(i.language == language for i in items) < per_language:
-            items.append(Item(uid, load_audio(DATA / audio), references[uid].strip(), language))
-    return items
+    return [Item(item.id, load_audio(item.audio), str(item.reference), language)
+            for language in X2EN_LANGUAGES for item in x2en_items(language)[:per_language]]
 
 
 @dataclass

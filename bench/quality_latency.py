@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     DATA,
     READING,
+    X2EN_LANGUAGES,
     csv_number,
     load_average,
     machine_note,
@@ -70,6 +71,7 @@ from common import (
     speed_anchor_ms,
     write_csv,
     write_report,
+    x2en_items,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -151,13 +153,7 @@ def items(task: str) -> list[tuple[str, TestItem]]:
                 uid, audio, duration, text = line.split("\t")[:4]
                 out.append(("en", TestItem(uid, DATA / audio, text.strip(), float(duration), "en")))
         return out
-    references = dict(line.split("\t", 1) for line in
-                      (DATA / "references.en.tsv").read_text(encoding="utf-8").splitlines()[1:])
-    for line in (DATA / "fleurs-multi.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        uid, audio, duration, _transcript, lang = line.split("\t")[:5]
-        if lang in ("de", "fr") and uid in references:
-            out.append((lang, TestItem(uid, DATA / audio, references[uid].strip(), float(duration), "en")))
-    return out
+    return [(lang, item) for lang in X2EN_LANGUAGES for item in x2en_items(lang)]
 
 
 def run(task: str, config: Config, test: Sequence[tuple[str, TestItem]], realtime: bool) -> list[InstanceRecord]:
