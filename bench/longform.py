@@ -188,6 +188,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad-pause-2": ("balanced", {"vad": True, "vad_pause_ms": 2000.0}, {}),
     "accurate-vad": ("accurate", {"vad": True}, {}),  # (translation: accurate's pause is 1.5 s too)
     "low-vad": ("low", {"vad": True}, {}),
+    "c1200": ("balanced", {"chunk_ms": 1200.0}, {}),  # (translation: balanced over 1.2 s chunks)
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"

@@ -40,6 +40,19 @@ def test_a_flag_the_command_line_does_not_take_is_refused() -> None:
         variant("transcribe", "bad", "--no-such-flag 3")
 
 
+@pytest.mark.parametrize("task", ["transcribe", "translate"])
+def test_offline_is_greedy_and_offline_beam_searches_as_balanced(task: str) -> None:
+    table = configs(task)
+    balanced, greedy, beam = table["balanced"], table["offline"], table["offline-beam"]
+    assert balanced.stream.search.name == "beam" and balanced.stream.search.beam == 3  # (what the presets search)
+    assert greedy.stream.search.name == "greedy"  # (the reference every d_offline is computed against)
+    assert beam.stream.search == balanced.stream.search
+    for offline in (greedy, beam):
+        assert offline.stream.policy == PolicyOptions("offline") and not offline.stream.vad
+        assert (offline.model.precision, offline.model.encoder_precision) == ("fp32", "fp32")
+        assert dataclasses.replace(offline.stream, search=balanced.stream.search) == beam.stream
+
+
 def test_the_variants_table_replaces_only_its_tasks_section(tmp_path: Path) -> None:
     row = {"task": "translate", "config": "chunk-800", "options": "--chunk-ms 800", "n": 2, "Q1": 16.2}
     write_variants(tmp_path, "translate", [row])
