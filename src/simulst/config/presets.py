@@ -201,8 +201,9 @@ _BFLOAT16 = {"encoder_precision": "auto", "precision": "auto"}
 # reads a full stop there. On the long-form dev sets over three chunk grids fewer errors - on the talk of every
 # English dev utterance once, by an interval that excludes zero - its words no later on the talks and about 0.1 s
 # later on the LibriSpeech readings (the held marks later still); on the short dev utterances the same WER at the
-# same delay (bench/results/longform_phases_hold_mark_mix/, quality_latency_grids.md). Translating it gained nothing
-# (longform_phases_hold_mark_translate/). low and accurate, measured with it on that talk, read no difference an
+# same delay (bench/results/longform_phases_hold_mark_mix/, quality_latency_grids.md). Translating, over the VAD and
+# the loop fallback, no difference an interval tells from zero but a loss on the French dev talk
+# (longform_phases_hold_mark_translate_vad/). low and accurate, measured with it on that talk, read no difference an
 # interval tells from zero (longform_phases_hold_mark_mix/low/, accurate/): they commit a full stop at once.
 _HOLDS_SENTENCE_END = {"hold_sentence_end": True}
 _NO_HOLD = {"hold_sentence_end": False}  # (said, so that low's and accurate's flags typed without --latency give them)
