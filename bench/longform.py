@@ -133,6 +133,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "segment-5": ("balanced", {"segment_s": 5.0}, {}),  # translation: trimmed at each sentence end past 5 s
     "buffer-15": ("balanced", {"max_buffer_s": 15.0}, {}),  # translation: a shorter bound on the sentence's audio
     "buffer-20": ("balanced", {"max_buffer_s": 20.0}, {}),
+    "buffer-24": ("balanced", {"max_buffer_s": 24.0}, {}),  # transcription: a sentence cut behind its last
+    "buffer-30": ("balanced", {"max_buffer_s": 30.0}, {}),  # committed word at 24 / 30 s, not 16 s
+    "accurate-buffer-24": ("accurate", {"max_buffer_s": 24.0}, {}),
+    "low-buffer-24": ("low", {"max_buffer_s": 24.0}, {}),
     "window-full": ("balanced", {}, {"window": "full"}),
     "context-all": ("balanced", {"context_scope": "all"}, {}),
     "context-0": ("balanced", {"context_tokens": 0}, {}),
@@ -936,8 +940,9 @@ def main() -> None:
         "committed sentence end once it holds that many seconds); `wmin-8`: `--window-min-ms 8000` (an encoder window "
         "of the audio read + 2 s, at least 8 s, not 10); `beam-2-ba-2`: `--search beam --beam 2` (a beam of 2 under "
         "`balanced`'s BA-2); `context-sentence`: `--context-scope sentence`; `context-30`: `--context-tokens 30`; "
-        "`buffer-15` / `buffer-20`: `--max-buffer-s "
-        "15` / `20`; `window-full`: `--window full`; "
+        "`buffer-15` / `buffer-20` / `buffer-24` / `buffer-30`: `--max-buffer-s "
+        "15` / `20` / `24` / `30` (`accurate-buffer-24`, `low-buffer-24`: 24 over those presets); "
+        "`window-full`: `--window full`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
