@@ -61,8 +61,11 @@ def test_translation_talks_are_pooled_apart_from_the_english_ones() -> None:
 def test_default_is_the_tasks_balanced_preset_and_a_config_changes_only_what_it_names() -> None:
     _, en = config_options("en", "default")
     _, de = config_options("de", "default")
-    assert (en.chunk_ms, en.segment_s, en.max_buffer_s) == (500.0, 10.0, 16.0)
+    assert (en.chunk_ms, en.segment_s, en.max_buffer_s) == (500.0, 10.0, 24.0)
     assert config_options("en", "c500") == config_options("en", "default")  # (the preset, as measured)
+    assert config_options("en", "buffer-24") == config_options("en", "default")
+    _, sixteen = config_options("en", "segment-10")  # (the balanced preset's cuts before 2026-12-01)
+    assert sixteen == dataclasses.replace(en, max_buffer_s=16.0)
     _, cuts = config_options("en", "buffer-8")  # (the bare option defaults' cuts: the default before)
     bare = StreamOptions()
     assert cuts == dataclasses.replace(en, segment_s=bare.segment_s, max_buffer_s=bare.max_buffer_s)
