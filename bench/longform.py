@@ -128,7 +128,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad": ("balanced", {"vad": True}, {}),  # (transcription: the default since 2026-11-26 16:42 UTC)
     "no-vad": ("balanced", {"vad": False}, {}),  # (transcription: the default before)
     "vad-2s": ("balanced", {"vad": True, "chunk_ms": 2000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
-    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription's cuts to 12-01)
+    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: its cuts)
     "buffer-8": ("balanced", {"segment_s": 5.0, "max_buffer_s": 8.0}, {}),  # the option defaults' cuts
     "segment-5": ("balanced", {"segment_s": 5.0}, {}),  # translation: trimmed at each sentence end past 5 s
     "buffer-15": ("balanced", {"max_buffer_s": 15.0}, {}),  # translation: a shorter bound on the sentence's audio
@@ -164,7 +164,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                                           "policy": PolicyOptions.parse("la-2")}, {}),
     "c1000-la-2": ("balanced", {"chunk_ms": 1000.0, "policy": PolicyOptions.parse("la-2"),
                                 "hold_sentence_end": False, "max_buffer_s": 16.0},
-                   {}),  # balanced's beam, as measured (before the hold and the 24 s buffer)
+                   {}),  # balanced's beam, as measured (before the hold)
     "c500": ("balanced", {"chunk_ms": 500.0}, {}),  # (the transcribe balanced preset since 2026-11-27 17:38 UTC)
     "c450": ("balanced", {"chunk_ms": 450.0}, {}),
     "c800-la-2": ("balanced", {"chunk_ms": 800.0, "policy": PolicyOptions.parse("la-2")}, {}),
@@ -936,7 +936,7 @@ def main() -> None:
         "changes the options it names over `balanced`: `vad`: `--vad`; `no-vad`: `--no-vad`; `vad-2s`: `--vad "
         "--chunk-ms 2000 --segment-s 10 --max-buffer-s 16`, the accurate long-form configuration: fewer, later "
         "commits and fewer trims in mid-sentence; `segment-10`: "
-        "`--segment-s 10 --max-buffer-s 16` (balanced's cuts to 12-01); `buffer-8`: `--segment-s 5 --max-buffer-s "
+        "`--segment-s 10 --max-buffer-s 16` (balanced's cuts); `buffer-8`: `--segment-s 5 --max-buffer-s "
         "8`; `segment-5` / `segment-6` / `segment-8`: `--segment-s 5` / `6` / `8` (the buffer trimmed behind each "
         "committed sentence end once it holds that many seconds); `wmin-8`: `--window-min-ms 8000` (an encoder window "
         "of the audio read + 2 s, at least 8 s, not 10); `beam-2-ba-2`: `--search beam --beam 2` (a beam of 2 under "

@@ -127,17 +127,15 @@ _FLAGS = {f.name: f.metadata[FLAG].name for cls in (ModelOptions, StreamOptions)
           if FLAG in f.metadata} | {dest: f"--{dest.replace('_', '-')}" for dest in _SEARCH_FIELDS}
 
 # A translation keeps the audio of its whole sentence (up to 30 s): trimming the buffer inside a sentence, as a
-# transcription does at 16 s or 24 s, cuts away the source of the words still to be translated (long talks are still
+# transcription does at 16 s, cuts away the source of the words still to be translated (long talks are still
 # trimmed at sentence ends, past 10 s).
 _SENTENCE_AUDIO = {"max_buffer_s": 30.0, "segment_s": 10.0}
 # A transcription's buffer is cut at a sentence end past 10 s, or behind the last committed word at 16 s: the option
 # defaults (5 s and 8 s) cut long sentences in the middle, where the words after the cut lose their sentence's start
 # (bench/results/longform_phases_cuts/longform_phases.md: three chunk grids of both long-form dev sets).
 _FEWER_CUTS = {"segment_s": 10.0, "max_buffer_s": 16.0}
-# The balanced point cuts behind the last committed word only at 24 s: on the short dev utterances the ones longer
-# than 16 s lost words after the cut, and with 24 s it reads fewer errors on every grid, on the long-form dev sets
-# fewer or the same, at the same delay, by intervals that hold zero (bench/results/longform_phases_buffer_24/).
-_LONGER_SENTENCES = {"segment_s": 10.0, "max_buffer_s": 24.0}
+# A 24 s bound over balanced read fewer or the same errors on every dev set at the same delay, but by intervals that
+# hold zero: not taken (bench/results/longform_phases_buffer_24/).
 _OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low without a CTC head was measured)
 # A transcription's balanced point listens with Silero VAD: pauses are not decoded and a segment is committed at a
 # pause, for the same WER on short utterances and long streams over three chunk grids each, words sooner on a talk
@@ -217,9 +215,8 @@ _ALL = (
            {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY, **_NO_HOLD,
             **_BFLOAT16}, without_ctc_head={**_LOW_WITHOUT_CTC_HEAD, **_NO_HOLD, **_BFLOAT16}),
     Preset("transcribe", "balanced", "500 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), a "
-           "sentence end committed with the word after it, cut at sentence ends past 10 s (mid-sentence at 24 s)",
-           {"chunk_ms": 500.0, **_LONGER_SENTENCES, **_LISTENS, **_BEAM_AGREEMENT, **_HOLDS_SENTENCE_END,
-            **_BFLOAT16}),
+           "sentence end committed with the word after it, cut at sentence ends past 10 s",
+           {"chunk_ms": 500.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT, **_HOLDS_SENTENCE_END, **_BFLOAT16}),
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
            "agree (LA-2), a sentence end committed at once",
            {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_BFLOAT16}),
