@@ -128,13 +128,14 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "vad": ("balanced", {"vad": True}, {}),  # (transcription: the default since 2026-11-26 16:42 UTC)
     "no-vad": ("balanced", {"vad": False}, {}),  # (transcription: the default before)
     "vad-2s": ("balanced", {"vad": True, "chunk_ms": 2000.0, "segment_s": 10.0, "max_buffer_s": 16.0}, {}),
-    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: its cuts)
+    "segment-10": ("balanced", {"segment_s": 10.0, "max_buffer_s": 16.0}, {}),  # (transcription: cuts to 12-02)
     "buffer-8": ("balanced", {"segment_s": 5.0, "max_buffer_s": 8.0}, {}),  # the option defaults' cuts
     "segment-5": ("balanced", {"segment_s": 5.0}, {}),  # translation: trimmed at each sentence end past 5 s
     "buffer-15": ("balanced", {"max_buffer_s": 15.0}, {}),  # translation: a shorter bound on the sentence's audio
     "buffer-20": ("balanced", {"max_buffer_s": 20.0}, {}),
-    "buffer-24": ("balanced", {"max_buffer_s": 24.0}, {}),  # transcription: a sentence cut behind its last
-    "buffer-30": ("balanced", {"max_buffer_s": 30.0}, {}),  # committed word at 24 / 30 s, not 16 s
+    "buffer-24": ("balanced", {"max_buffer_s": 24.0, "punctuate_held_end": False}, {}),  # transcription: a sentence
+    "buffer-30": ("balanced", {"max_buffer_s": 30.0, "punctuate_held_end": False}, {}),  # cut behind its last
+    # committed word at 24 / 30 s, not 16 s (as measured on 2026-12-01, without --punctuate-held-end)
     "accurate-buffer-24": ("accurate", {"max_buffer_s": 24.0}, {}),
     "low-buffer-24": ("low", {"max_buffer_s": 24.0}, {}),
     "window-full": ("balanced", {}, {"window": "full"}),
@@ -163,7 +164,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "accurate-beam-3-la-2": ("accurate", {"search": SearchOptions("beam", beam=3),
                                           "policy": PolicyOptions.parse("la-2")}, {}),
     "c1000-la-2": ("balanced", {"chunk_ms": 1000.0, "policy": PolicyOptions.parse("la-2"),
-                                "hold_sentence_end": False, "max_buffer_s": 16.0},
+                                "hold_sentence_end": False, "punctuate_held_end": False, "max_buffer_s": 16.0},
                    {}),  # balanced's beam, as measured (before the hold)
     "c500": ("balanced", {"chunk_ms": 500.0}, {}),  # (the transcribe balanced preset since 2026-11-27 17:38 UTC)
     "c450": ("balanced", {"chunk_ms": 450.0}, {}),
@@ -194,6 +195,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "accurate-vad": ("accurate", {"vad": True}, {}),  # (translation: accurate's pause is 1.5 s too)
     "low-vad": ("low", {"vad": True}, {}),
     "c1200": ("balanced", {"chunk_ms": 1200.0}, {}),  # (translation: balanced over 1.2 s chunks)
+    # transcription: a held sentence end stays a punctuation mark in the next decodes (which one stays open)
+    "punct-held": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 16.0}, {}),  # (over balanced to 12-02)
+    "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0}, {}),  # (balanced since 12-02)
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -942,8 +946,10 @@ def main() -> None:
         "of the audio read + 2 s, at least 8 s, not 10); `beam-2-ba-2`: `--search beam --beam 2` (a beam of 2 under "
         "`balanced`'s BA-2); `context-sentence`: `--context-scope sentence`; `context-30`: `--context-tokens 30`; "
         "`buffer-15` / `buffer-20` / `buffer-24` / `buffer-30`: `--max-buffer-s "
-        "15` / `20` / `24` / `30` (`accurate-buffer-24`, `low-buffer-24`: 24 over those presets); "
-        "`window-full`: `--window full`; "
+        "15` / `20` / `24` / `30` (24 and 30 with `--no-punctuate-held-end`; `accurate-buffer-24`, "
+        "`low-buffer-24`: 24 over those presets); "
+        "`window-full`: `--window full`; `punct-held`: `--punctuate-held-end` "
+        "(`punct-held-24`: with `--max-buffer-s 24`); "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "

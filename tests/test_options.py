@@ -42,7 +42,7 @@ FLAGS = """--model --language --window --window-pad-ms --window-min-ms --precisi
 --repetition-detection --no-repetition-detection --carry-over --no-carry-over --draft --no-draft --beam
 --length-penalty --max-new-tokens --normalize-peak --no-speech-threshold --logprob-threshold
 --early-logprob-threshold --word-logprob-threshold --loop-guard --no-loop-guard --hold-sentence-end
---no-hold-sentence-end --segment-s --max-buffer-s
+--no-hold-sentence-end --punctuate-held-end --no-punctuate-held-end --segment-s --max-buffer-s
 --context-tokens --context-scope --vad --vad-threshold --vad-pause-ms --context-reset-s --ctc-threshold --ctc-head
 --ctc-weight --ctc-odds --final-beam""".split()
 
@@ -81,7 +81,8 @@ def test_every_flag_builds_its_field() -> None:
         "--chunk-ms", "1000", "--initial-wait-ms", "500", "--search", "beam", "--beam", "3", "--length-penalty", "0.5",
         "--max-new-tokens", "20", "--no-draft", "--repetition-detection", "--carry-over", "--policy", "hold-3",
         "--no-speech-threshold", "none", "--logprob-threshold", "-2", "--early-logprob-threshold", "none",
-        "--no-loop-guard", "--no-hold-sentence-end", "--segment-s", "6", "--max-buffer-s", "9", "--context-tokens", "0",
+        "--no-loop-guard", "--no-hold-sentence-end", "--no-punctuate-held-end",
+        "--segment-s", "6", "--max-buffer-s", "9", "--context-tokens", "0",
         "--context-scope", "all",
         "--vad", "--vad-threshold", "0.4", "--vad-pause-ms", "800", "--context-reset-s", "3", "--normalize-peak", "off",
         "--window", "full", "--window-pad-ms", "0", "--window-min-ms", "0", "--precision", "int8",

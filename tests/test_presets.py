@@ -123,12 +123,12 @@ def test_the_server_gives_translate_streams_the_translate_preset() -> None:
 
 def test_a_given_buffer_or_segment_bounds_the_presets_other() -> None:
     # a user's shorter buffer or longer segment is honoured, and the preset's other value yields to it instead of
-    # an error: transcribe balanced keeps 10 s segments in a 16 s buffer, the translate presets 10 s in 30 s
+    # an error: transcribe balanced keeps 10 s segments in a 24 s buffer, the translate presets 10 s in 30 s
     parser = build_parser()
     short = stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--max-buffer-s", "4"]))
     assert (short.segment_s, short.max_buffer_s) == (4.0, 4.0)
     long = stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--segment-s", "20"]))
-    assert (long.segment_s, long.max_buffer_s) == (20.0, 20.0)
+    assert (long.segment_s, long.max_buffer_s) == (20.0, 24.0)
     longer = stream_options_from_args(parser.parse_args(["transcribe", "a.wav", "--segment-s", "28"]))
     assert (longer.segment_s, longer.max_buffer_s) == (28.0, 28.0)
     translate = stream_options_from_args(parser.parse_args(["translate", "a.wav", "--model", "whisper-base",

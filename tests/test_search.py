@@ -146,6 +146,27 @@ def test_a_search_with_loops_barred_takes_the_best_token_that_completes_none() -
     assert hyp.tokens == (2, *[1] * 10)
 
 
+def test_a_search_bound_to_next_tokens_takes_its_first_token_among_them() -> None:
+    # BEAM_TABLE after the empty prefix: " a" .5, " b" .4, <eos> .1; bound to " b" and <eos>, which are scored
+    # given that one of them is written: .8 and .2
+    model = table(BEAM_TABLE)
+    [hyp] = BeamSearch(1).search(model, Query(ENC, (), 10, False, next_tokens=(2, 0)), SearchState(), Costs())
+    assert hyp.tokens == (2, 3) and hyp.finished  # " b" (.8), then free: "c" (.9), <eos>
+    assert hyp.score == pytest.approx(math.log(0.8) + math.log(0.9), abs=1e-6)
+    assert hyp.token_scores[0] == pytest.approx(math.log(0.8), abs=1e-6)
+    # a beam of 2: both beams start within the bound (<eos> .2 finishes one, " b" .8 goes on), not with " a" (.5);
+    # then " b" <eos> (.08) finishes the second: ranked per token, log(.08) / 2 over log(.2) / 1
+    hyps = BeamSearch(2).search(model, Query(ENC, (), 10, False, next_tokens=(2, 0)), SearchState(), Costs())
+    assert [h.tokens for h in hyps] == [(2,), ()]
+    # bound to " a" only: the best free path anyway; a draft is not checked under a bound (same hypothesis)
+    [hyp] = BeamSearch(1).search(model, Query(ENC, (), 10, False, draft=(2, 3), next_tokens=(1,)), SearchState(),
+                                 Costs())
+    assert hyp.tokens == (1,) and hyp.finished
+    # the bound is on the first token after a forced prefix only: after " b", "c" is free (.9)
+    [hyp] = BeamSearch(1).search(model, Query(ENC, (2,), 10, False, next_tokens=(0,)), SearchState(), Costs())
+    assert hyp.tokens == (2,) and hyp.finished
+
+
 def test_beam_rejects_bad_size() -> None:
     with pytest.raises(OptionError):
         stream_search(BeamSearch(0))

@@ -132,8 +132,9 @@ def test_a_decode_committed_whole_searches_again_after_a_chunk_stopped_at_a_loop
     # third " uh": nothing added to what the guard keeps, so nothing committed from it
     searched: list[tuple[int, ...]] = []
     decode = session.decoder.decode
-    def recorded(reason: DecodeReason, samples: int, block_loops: bool = False) -> Decoded:
-        decoded = decode(reason, samples, block_loops)
+    def recorded(reason: DecodeReason, samples: int, block_loops: bool = False,
+                 next_tokens: tuple[int, ...] | None = None) -> Decoded:
+        decoded = decode(reason, samples, block_loops, next_tokens)
         searched.append(decoded.hyps[0].tokens)
         return decoded
     setattr(session.decoder, "decode", recorded)  # noqa: B010
@@ -310,6 +311,42 @@ def test_hold_sentence_end_commits_the_comma_that_replaces_a_held_full_stop_only
     assert held == [("ask", 2000), (" not", 4000), (", what", 5000), (" your.", 5000)]
     # without the option 4 s commits the comma alone
     assert plain == [("ask", 2000), (" not,", 4000), (" what", 5000), (" your.", 5000)]
+
+
+class RunOnToy(PauseToy):
+    """:class:`PauseToy` that, once it hears " what" after the pause, rather goes on without a mark (" what" .55)
+    or ends (.25) than writes a comma (.2): "ask not." in the pause, then "ask not what." (or "ask not, what.")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.comma = self.add_piece(",")
+        self.spoken = [*self.target[:2], self.comma, *self.target[2:]]  # ask not , what your
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        heard = self.heard(audio_samples)
+        i = len(tokens)
+        path = self.spoken if i > 2 and tokens[2] == self.comma else self.target
+        if list(tokens) != path[:i]:
+            return {EOS: 0.95, 1: 0.05}
+        if i == 2 and heard > 2:  # after "not", the speaker went on
+            return {self.target[2]: 0.55, EOS: 0.25, self.comma: 0.2}
+        words = i - (path is self.spoken and i > 2)
+        return {path[i]: 0.95, EOS: 0.05} if words < heard else {self.dot: 0.9, EOS: 0.1}
+
+
+def test_punctuate_held_end_writes_a_mark_where_a_sentence_end_is_held() -> None:
+    # --hold-sentence-end, LA-2, 1 s chunks: 3 s "ask not." (agreed) -> " not", its full stop held; with
+    # --punctuate-held-end the 4 s search must write a punctuation mark after "not": the comma (.2), not " what"
+    # (.55) nor <eos> (.25): "ask not, what." -> nothing new ("," against the "." before); 5 s "ask not, what your."
+    # -> ", what"; the end commits " your.".
+    runs = {}
+    for punctuate in (True, False):
+        session = Session(RunOnToy(), dataclasses.replace(options("la-2"), hold_sentence_end=True,
+                                                          punctuate_held_end=punctuate))
+        runs[punctuate] = [(e.text, e.source_ms) for e in push_in_pieces(session, tone(5000), 1000)]
+    assert runs[True] == [("ask", 2000), (" not", 3000), (", what", 5000), (" your.", 5000)]
+    # without it the 4 s search runs on: "ask not what." - no mark where the sentence end was held
+    assert runs[False] == [("ask", 2000), (" not", 3000), (" what", 5000), (" your.", 5000)]
 
 
 def test_bad_audio_is_rejected() -> None:

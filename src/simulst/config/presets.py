@@ -127,15 +127,19 @@ _FLAGS = {f.name: f.metadata[FLAG].name for cls in (ModelOptions, StreamOptions)
           if FLAG in f.metadata} | {dest: f"--{dest.replace('_', '-')}" for dest in _SEARCH_FIELDS}
 
 # A translation keeps the audio of its whole sentence (up to 30 s): trimming the buffer inside a sentence, as a
-# transcription does at 16 s, cuts away the source of the words still to be translated (long talks are still
+# transcription does at 16 s or 24 s, cuts away the source of the words still to be translated (long talks are still
 # trimmed at sentence ends, past 10 s).
 _SENTENCE_AUDIO = {"max_buffer_s": 30.0, "segment_s": 10.0}
 # A transcription's buffer is cut at a sentence end past 10 s, or behind the last committed word at 16 s: the option
 # defaults (5 s and 8 s) cut long sentences in the middle, where the words after the cut lose their sentence's start
 # (bench/results/longform_phases_cuts/longform_phases.md: three chunk grids of both long-form dev sets).
 _FEWER_CUTS = {"segment_s": 10.0, "max_buffer_s": 16.0}
-# A 24 s bound over balanced read fewer or the same errors on every dev set at the same delay, but by intervals that
-# hold zero: not taken (bench/results/longform_phases_buffer_24/).
+# The balanced point cuts behind the last committed word only at 24 s, and keeps a held sentence end a punctuation
+# mark (below): alone, each read fewer or the same errors on every dev set, by intervals that hold zero
+# (bench/results/longform_phases_buffer_24/, longform_phases_punct_held/); together, on the short dev utterances
+# over three chunk grids fewer errors by an interval that excludes zero, the words sooner, and on the long-form dev
+# sets fewer errors at the same delay (longform_phases_punct_held/).
+_LONGER_SENTENCES = {"segment_s": 10.0, "max_buffer_s": 24.0}
 _OPTION_DEFAULT_CUTS = {"segment_s": 5.0, "max_buffer_s": 8.0}  # (as low without a CTC head was measured)
 # A transcription's balanced point listens with Silero VAD: pauses are not decoded and a segment is committed at a
 # pause, for the same WER on short utterances and long streams over three chunk grids each, words sooner on a talk
@@ -208,15 +212,22 @@ _BFLOAT16 = {"encoder_precision": "auto", "precision": "auto"}
 # (longform_phases_hold_mark_translate_vad/). low and accurate, measured with it on that talk, read no difference an
 # interval tells from zero (longform_phases_hold_mark_mix/low/, accurate/): they commit a full stop at once.
 _HOLDS_SENTENCE_END = {"hold_sentence_end": True}
-_NO_HOLD = {"hold_sentence_end": False}  # (said, so that low's and accurate's flags typed without --latency give them)
+# ... and while it holds one, a chunk's search writes a punctuation mark there first, its kind open: free to write
+# none, a decode after the pause ran the clauses together in words not said ("fellow Americans asked not" for
+# "fellow Americans, ask not" in 18 of the English dev talk's 33 readings of jfk).
+_PUNCTUATES_HELD_END = {"punctuate_held_end": True}
+_NO_HOLD = {"hold_sentence_end": False,  # (said, so that low's and accurate's flags typed without --latency give them)
+            "punctuate_held_end": False}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
            {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY, **_NO_HOLD,
             **_BFLOAT16}, without_ctc_head={**_LOW_WITHOUT_CTC_HEAD, **_NO_HOLD, **_BFLOAT16}),
     Preset("transcribe", "balanced", "500 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), a "
-           "sentence end committed with the word after it, cut at sentence ends past 10 s",
-           {"chunk_ms": 500.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_AGREEMENT, **_HOLDS_SENTENCE_END, **_BFLOAT16}),
+           "sentence end committed with the word after it (a mark kept there), cut at sentence ends past 10 s "
+           "(mid-sentence at 24 s)",
+           {"chunk_ms": 500.0, **_LONGER_SENTENCES, **_LISTENS, **_BEAM_AGREEMENT, **_HOLDS_SENTENCE_END,
+            **_PUNCTUATES_HELD_END, **_BFLOAT16}),
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
            "agree (LA-2), a sentence end committed at once",
            {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_BFLOAT16}),

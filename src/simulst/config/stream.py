@@ -61,6 +61,11 @@ class StreamOptions:
             trimmed in mid-sentence; a comma committed alone in its place forces a run-on the model may find
             unlikely. The speech model's commits only (a cascade's MT stage commits as before). Off by default: see
             ``docs/transcribe-translate.md``.
+        punctuate_held_end: with ``hold_sentence_end``: while a sentence end is held right after the committed
+            text, a chunk's search (greedy or beam) writes a punctuation mark there first - which one stays open (a
+            full stop, a comma). Why: the held mark is where the speaker paused; a decode free to write no mark at
+            all there runs the clauses together in words the speaker did not say ("Americans asked not" for
+            "Americans, ask not"). Off by default.
         segment_s: long-form streaming: once the audio buffer holds more than this many seconds, it is trimmed
             behind the last committed sentence end (located in the audio by the model's token timing) once at
             least 3 s of audio follow it, and the committed text before the cut becomes the previous-text prompt.
@@ -124,6 +129,9 @@ class StreamOptions:
         "--hold-sentence-end", "commit a full stop, question or exclamation mark that ends the best hypothesis, "
         "or the mark written in its place, only with a word after it (or when its segment ends): a pause does not "
         "end a sentence", group=ONLINE))
+    punctuate_held_end: bool = field(default=False, metadata=flag(
+        "--punctuate-held-end", "with --hold-sentence-end: while a sentence end is held after the committed text, "
+        "a chunk's search writes a punctuation mark there first (which one stays open)", group=ONLINE))
     segment_s: float = field(default=5.0, metadata=flag(
         "--segment-s", "trim the audio buffer behind the last committed sentence once it is longer than S seconds",
         group=LONG_FORM, metavar="S"))

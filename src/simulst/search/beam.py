@@ -7,7 +7,8 @@ Hypotheses are ranked by score / length**length_penalty.
 
 Two optional parts make it the CTC searches of Polák et al., IWSLT 2023: joint CTC/attention scoring (λ > 0,
 :class:`~simulst.search.joint.JointCtcScores`, §2.2) and a stop rule asked before each expansion (the CTC online
-policy's end test, :mod:`simulst.search.ctc_end`, §2.3), never on the final chunk.
+policy's end test, :mod:`simulst.search.ctc_end`, §2.3), never on the final chunk. A query's ``next_tokens``
+bound the first token after the prefix (every beam's).
 
 A chunk's search (not a final one) asked to (``Query.stop_at_loops``: the stream's loop guard is on) also ends
 where its best beam runs into a repetition loop: the loop guard would commit nothing from there on, and a beam
@@ -23,7 +24,7 @@ import torch
 from simulst.errors import OptionError
 from simulst.models.base import Ahead, AheadDecoder, AlignedDecoder, DecoderModel
 from simulst.search.base import Query, Searcher, SearchState
-from simulst.search.core import Beam, BeamRule, DecoderScores, LoopBlockingScores, Scores, expand
+from simulst.search.core import Beam, BeamRule, DecoderScores, FirstTokenScores, LoopBlockingScores, Scores, expand
 from simulst.search.joint import JointCtcScores
 from simulst.search.stopping import StopRule
 from simulst.types import Costs, Hypothesis
@@ -68,7 +69,8 @@ class BeamSearch(Searcher):
             return [Hypothesis(prefix, 0.0, False)]
         check = None if self.stop is None or query.final else self.stop.start(model, query.enc, prefix, costs)
         beam = Beam(prefix)
-        drafting = self.beam == 1 and check is None and self.ctc_weight == 0 and bool(query.draft)
+        drafting = (self.beam == 1 and check is None and self.ctc_weight == 0 and bool(query.draft)
+                    and query.next_tokens is None)
         if check is not None and self.stop is not None and self.stop.needs_alignment:
             if not isinstance(model, AlignedDecoder):
                 raise OptionError("this stop rule needs a decoder that reports its cross-attention (Whisper)")
@@ -89,6 +91,8 @@ class BeamSearch(Searcher):
             scores = JointCtcScores(model, query.enc, prefix, self.ctc_weight, self.pre_beam)
         if query.block_loops:
             scores = LoopBlockingScores(scores or DecoderScores(), len(prefix), model.eos_id)
+        if query.next_tokens is not None:
+            scores = FirstTokenScores(scores or DecoderScores(), len(prefix), query.next_tokens)
         loops = query.stop_at_loops and not query.final
         rule = BeamRule(self.beam, self.length_penalty, check, loop_floor=len(prefix) if loops else None)
         budget = query.max_new_tokens - (len(beam.tokens) - len(prefix))

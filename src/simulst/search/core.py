@@ -188,6 +188,36 @@ class LoopBlockingScores(Scores):
         self.inner.keep(chosen)
 
 
+class FirstTokenScores(Scores):
+    """Other scorers' candidates, where a beam is still the forced prefix (``floor`` tokens) only among
+    ``allowed``: every other token is scored -inf there, and each allowed one by its log-probability given that one
+    of them is written (renormalised over ``allowed``) - a boundary the stream keeps open (``Query.next_tokens``).
+
+    Why renormalised: the tokens' scores are the model's confidence to the low-confidence guard, and the bound is
+    the stream's choice, not the model's; what the guard should judge is which of them the model writes there."""
+
+    def __init__(self, inner: Scores, floor: int, allowed: Sequence[int]) -> None:
+        self.inner, self.floor = inner, floor
+        self.allowed = torch.tensor(sorted(set(allowed)), dtype=torch.long)
+
+    def top(self, beams: Sequence[Beam], logp: torch.Tensor, n: int) -> list[Candidate]:
+        rows = [i for i, b in enumerate(beams) if len(b.tokens) == self.floor and not b.finished]
+        if not rows:
+            return self.inner.top(beams, logp, n)
+        masked = logp.clone()
+        allowed = self.allowed.to(logp.device)
+        kept = masked[rows][:, allowed]
+        kept = kept - torch.logsumexp(kept, dim=1, keepdim=True)
+        masked[rows] = -math.inf
+        masked[torch.tensor(rows, device=logp.device).unsqueeze(1), allowed.unsqueeze(0)] = kept
+        candidates = self.inner.top(beams, masked, n)
+        finite = [c for c in candidates if c.score > -math.inf]
+        return finite or candidates[:1]
+
+    def keep(self, chosen: Sequence[Candidate]) -> None:
+        self.inner.keep(chosen)
+
+
 # --------------------------------------------------------------------------------------------- rules
 class Verdict(enum.Enum):
     """What a rule decides about one extended beam."""

@@ -138,9 +138,11 @@ class ChunkDecoder:
         self.search = SearchState()
         self.last = dataclasses.replace(self.last, hyps=[])
 
-    def decode(self, reason: DecodeReason, samples: int, block_loops: bool = False) -> Decoded:
+    def decode(self, reason: DecodeReason, samples: int, block_loops: bool = False,
+               next_tokens: tuple[int, ...] | None = None) -> Decoded:
         """Decode the buffer's first ``samples`` after the committed tokens (its time counted as compute);
-        ``block_loops``: a search that never extends a hypothesis into a repetition loop (``Query.block_loops``).
+        ``block_loops``: a search that never extends a hypothesis into a repetition loop (``Query.block_loops``);
+        ``next_tokens``: the tokens the search may write first (``Query.next_tokens``; None: any).
 
         A chunk whose new text the low-confidence guard finds unsure is held back; a decode committed whole is
         decided now, with all the source read: it is stamped with that time."""
@@ -149,12 +151,12 @@ class ChunkDecoder:
         audio, read = buf.head(samples), buf.offset + samples
         if audio.shape[0] == 0 or is_silent(audio):
             decoded = Decoded(read, [])
-        elif read == self.last.read and self.last.hyps and not block_loops \
+        elif read == self.last.read and self.last.hyps and not block_loops and next_tokens is None \
                 and not (reason.commits_whole and self._final_differs):
             decoded = self.last  # the source did not grow since the last decode: same result
         else:  # (a decode committed whole of the same source as the last searches again on its encoding)
             decoded = self._search(audio, read, reason, self.last.enc if read == self.last.read else None,
-                                   block_loops)
+                                   block_loops, next_tokens)
         self.last = decoded
         if reason.commits_whole:
             decoded = dataclasses.replace(decoded, read=buf.read)
@@ -233,7 +235,7 @@ class ChunkDecoder:
         return [(ms(decoded.spans[i - base][0]), ms(decoded.spans[i - base][1])) for i in range(first, last)]
 
     def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, enc: Encoded | None = None,
-                block_loops: bool = False) -> Decoded:
+                block_loops: bool = False, next_tokens: tuple[int, ...] | None = None) -> Decoded:
         committed, costs = self.output.committed, self.costs
         if enc is None:
             enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
@@ -250,7 +252,7 @@ class ChunkDecoder:
         query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
                       draft=() if block_loops else self._draft(),  # (a draft is taken unscored: unblocked)
                       no_speech_threshold=self.guards.no_speech_threshold if judged else None,
-                      stop_at_loops=self.guards.loop_guard, block_loops=block_loops)
+                      stop_at_loops=self.guards.loop_guard, block_loops=block_loops, next_tokens=next_tokens)
         searcher = self.final_searcher if reason.commits_whole else self.searcher
         self.search.looped = False
         hyps = searcher.search(self.model, query, self.search, costs)

@@ -115,6 +115,8 @@ class Session(OutputView):
                                     self.guards, self.prompt, st.output, st.costs)
         self.segmenter = VadSegmenter.for_stream(options, rate) if options.vad else None
         self._previous_best: tuple[int, ...] = ()  # the last chunk decode's best hypothesis (the unsure-word guard)
+        self._held_at: int | None = None  # the committed length after which a sentence end is held (None: none)
+        self._marks: tuple[int, ...] | None = None  # the model's punctuation-only tokens (once needed)
 
     @property
     def sample_rate(self) -> int:
@@ -177,7 +179,7 @@ class Session(OutputView):
             if boundary <= buf.offset or (self.segmenter is not None and not self.segmenter.speech_in_buffer):
                 continue  # audio committed and dropped already (a VAD segment end), or silence: no decoding
             samples = boundary - buf.offset
-            decoded = self.decoder.decode(DecodeReason.CHUNK, samples)
+            decoded = self.decoder.decode(DecodeReason.CHUNK, samples, next_tokens=self._after_held_end())
             emitted, loop_cut = self._commit(decoded, DecodeReason.CHUNK)
             out += emitted
             # a loop (cut from the commit, or where the search stopped): the model reads committed audio again -
@@ -210,7 +212,36 @@ class Session(OutputView):
             times = self.decoder.spoken_times(decoded, len(committed), len(target))
         elapsed_ms = source_ms + st.costs.compute_s * 1000.0
         emission = st.output.commit(target, self.model.tokenizer, source_ms, elapsed_ms, reason.ends_source, times)
+        self._follow_held_end(reason)
         return ([] if emission is None else [emission]), loop_cut
+
+    def _follow_held_end(self, reason: DecodeReason) -> None:
+        """After a commit, with ``punctuate_held_end``: where a sentence end is held. It is held right after the
+        committed text when the chunk decode's best hypothesis is the committed text and a sentence end, and stays
+        held while that decode's best hypothesis writes punctuation there and nothing past it is committed."""
+        if not (self.options.hold_sentence_end and self.options.punctuate_held_end) or reason.commits_whole:
+            self._held_at = None
+            return
+        committed, best, tokenizer = self.state.output.committed, self._previous_best, self.model.tokenizer
+        n = len(committed)
+        if len(best) <= n or tuple(best[:n]) != tuple(committed) or not tokenizer.is_punctuation(best[n]):
+            self._held_at = None
+        elif len(best) == n + 1 and ends_sentence(best[n], tokenizer):
+            self._held_at = n
+        elif self._held_at != n:
+            self._held_at = None
+
+    def _after_held_end(self) -> tuple[int, ...] | None:
+        """The tokens a chunk's search may write first (``Query.next_tokens``): where a sentence end is held right
+        after the committed text (:meth:`_follow_held_end`), a punctuation-only token (not ``<eos>``: a text that
+        ends there is a sentence that ends without a mark, and the next decode's would be free again); else None
+        (any)."""
+        if self._held_at is None or self._held_at != len(self.state.output.committed):
+            return None
+        if self._marks is None:
+            tokenizer = self.model.tokenizer
+            self._marks = tuple(t for t in range(self.model.vocab_size) if tokenizer.is_punctuation(t))
+        return self._marks
 
     def _trim(self, decoded: Decoded, samples: int, eager: bool) -> None:
         """Trim the buffer behind committed text after a chunk decode (:meth:`AudioBuffer.trim_point`)."""
