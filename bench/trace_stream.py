@@ -41,9 +41,10 @@ def trace(session: Session, audio: np.ndarray, tail: int = 160) -> Iterator[str]
     decodes: list[tuple[DecodeReason, Decoded, int, int]] = []  # (why, as searched, source read, buffer offset)
     decode = decoder.decode
 
-    def recorded(reason: DecodeReason, samples: int, block_loops: bool = False) -> Decoded:
+    def recorded(reason: DecodeReason, samples: int, block_loops: bool = False,
+                 next_tokens: tuple[int, ...] | None = None) -> Decoded:
         offset = session.buffer.offset
-        decoded = decode(reason, samples, block_loops)
+        decoded = decode(reason, samples, block_loops, next_tokens)
         decodes.append((reason, decoder.last, decoded.read, offset))
         return decoded
 

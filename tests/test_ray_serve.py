@@ -52,11 +52,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RATE = 16000
 # the deployment's and the references' options. A live server decodes whatever audio has arrived (catch-up), so a
 # replica that receives two 100 ms frames at once decodes at other points than the reference's; the float32 decoder
-# reads both clips' texts alike at those points, the bfloat16 one (the preset's on a CPU with bfloat16) reads the
-# FLEURS clip's "Even in the middle" at some of them and "Even the middle" at others.
+# reads both clips' words alike at those points, the bfloat16 one (the preset's on a CPU with bfloat16) reads the
+# FLEURS clip's "Even in the middle" at some of them and "Even the middle" at others. Its punctuation may differ
+# with them ("... of a sentence" without the full stop, after ", even in the middle" committed at another point),
+# so the outputs are compared as words.
 FLAGS = ["--max-streams", "2", "--log-level", "warning", "--precision", "fp32"]
 FLEURS = DATA / "audio" / "fleurs-en-dev" / "fleurs-en-001.wav"  # 8.8 s
 NORMAL_CLOSURE, GOING_AWAY = 1000, 1001
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``, lower-cased, punctuation left out."""
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
 
 def free_port() -> int:
@@ -199,7 +206,7 @@ def test_streams_land_on_different_replicas_with_single_process_outputs(cluster:
     assert a.ready["replica"] != b.ready["replica"], ("both streams on one replica in every try", same)
     for result, clip in ((a, clips["jfk"]), (b, clips["fleurs"])):
         assert result.error is None and result.close_code == NORMAL_CLOSURE, result.error
-        assert result.text == clip.reference, (clip.name, result.text, clip.reference)
+        assert words(result.text) == words(clip.reference), (clip.name, result.text, clip.reference)
     health = seen["health"]  # taken while both streamed: one stream on each replica
     names = {r["replica"] for r in health["replicas"]}
     assert names == {a.ready["replica"], b.ready["replica"]}, health
@@ -239,7 +246,7 @@ def test_a_killed_replica_ends_only_its_own_stream(cluster: Cluster, clips: dict
     assert killed.close_code != NORMAL_CLOSURE
     print(f"the killed replica's client: close code {killed.close_code}, error {killed.error!r}")
     assert survivor.error is None and survivor.close_code == NORMAL_CLOSURE, survivor.error
-    assert survivor.text == jfk.reference
+    assert words(survivor.text) == words(jfk.reference), (survivor.text, jfk.reference)
     health = cluster.health()  # the dead replica stopped reporting: it is no longer listed
     assert victim["replica"] not in {r["replica"] for r in health["replicas"]}, health
 
