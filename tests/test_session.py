@@ -313,14 +313,9 @@ def test_hold_sentence_end_commits_the_comma_that_replaces_a_held_full_stop_only
     assert plain == [("ask", 2000), (" not,", 4000), (" what", 5000), (" your.", 5000)]
 
 
-class RunOnToy(PauseToy):
-    """:class:`PauseToy` that, once it hears " what" after the pause, rather goes on without a mark (" what" .55)
+class RunOnToy(CommaToy):
+    """:class:`CommaToy` that, once it hears " what" after the pause, rather goes on without a mark (" what" .55)
     or ends (.25) than writes a comma (.2): "ask not." in the pause, then "ask not what." (or "ask not, what.")."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.comma = self.add_piece(",")
-        self.spoken = [*self.target[:2], self.comma, *self.target[2:]]  # ask not , what your
 
     def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
         heard = self.heard(audio_samples)
