@@ -198,6 +198,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # transcription: a held sentence end stays a punctuation mark in the next decodes (which one stays open)
     "punct-held": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 16.0}, {}),  # (over balanced to 12-02)
     "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0}, {}),  # (balanced since 12-02)
+    # translation: a held sentence end (--hold-sentence-end) kept a punctuation mark in the next decodes
+    "hold-punct": ("balanced", {"hold_sentence_end": True, "punctuate_held_end": True}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
@@ -949,7 +951,7 @@ def main() -> None:
         "15` / `20` / `24` / `30` (24 and 30 with `--no-punctuate-held-end`; `accurate-buffer-24`, "
         "`low-buffer-24`: 24 over those presets); "
         "`window-full`: `--window full`; `punct-held`: `--punctuate-held-end` "
-        "(`punct-held-24`: with `--max-buffer-s 24`); "
+        "(`punct-held-24`: with `--max-buffer-s 24`); `hold-punct`: `--hold-sentence-end --punctuate-held-end`; "
         "`context-all`: `--context-scope all`, the previous-text prompt holds the last 100 committed tokens "
         "before the buffer (the previous default; the default `auto` keeps only the sentence the buffer starts in "
         "when transcribing, all when translating); `context-0`: `--context-tokens 0`, no previous-text prompt; "
