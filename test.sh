@@ -20,6 +20,4 @@ if ! .venv/bin/python -c "import simuleval" 2>/dev/null; then
     .venv/bin/python -m pip install -q pandas tornado sacrebleu pyyaml soundfile pydub tqdm requests
 fi
 export HF_HUB_OFFLINE=1
-# Two pytest workers (pytest-xdist), each test module whole on one of them (its module-scoped fixtures built once).
-# SIMULST_TEST_WORKERS=0 runs in this process alone; options given to this script come after these and win (-n 0).
-exec .venv/bin/python -m pytest -q -n "${SIMULST_TEST_WORKERS:-2}" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -q "$@"
