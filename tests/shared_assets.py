@@ -29,3 +29,8 @@ def english_items() -> list[tuple[str, Path, str]]:
             uid, audio, _duration, transcript = line.split("\t")[:4]
             items.append((uid, DATA / audio, transcript))
     return items
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``, lower-cased, punctuation left out (apostrophes kept): outputs compared as words."""
+    return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()

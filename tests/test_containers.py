@@ -32,7 +32,7 @@ from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
 from tests.container_fixtures import CODECS, encode
 from tests.server_fixtures import Running, serving
-from tests.shared_assets import JFK, needs_shared
+from tests.shared_assets import JFK, needs_shared, words
 
 RATE = 16000
 CLIP_S = 2.8  # "And so my fellow Americans", cut in the pause after it: enough words, little compute
@@ -201,10 +201,6 @@ class _NoStream:
 
 
 # ----------------------------------------------------------------------------------------------- with the model
-def words(text: str) -> list[str]:
-    return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
-
-
 @pytest.fixture(scope="module")
 def model() -> WhisperModel:
     return load_model()

@@ -28,16 +28,12 @@ from simulst.streaming.prompt import initial_prompt
 from simulst.streaming.session import Session
 from simulst.types import Emission, Word
 from tests.server_fixtures import Running, serving
-from tests.shared_assets import JFK, JFK_PHRASE, needs_shared
+from tests.shared_assets import JFK, JFK_PHRASE, needs_shared, words
 
 pytestmark = [needs_shared, pytest.mark.real]
 
 FAST = Limits(max_speed=1000.0, burst_s=1000.0)
 RATE = 16000
-
-
-def words(text: str) -> list[str]:
-    return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
 
 
 def wav(audio: np.ndarray) -> bytes:

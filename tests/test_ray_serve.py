@@ -43,7 +43,7 @@ from simulst.server.client import ClientResult, pcm16, stream_audio
 from simulst.server.protocol import StartRequest
 from simulst.server.service import Service
 from tests.server_fixtures import serving
-from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared
+from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared, words
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (simulst[ray])")
 pytestmark = [needs_shared, needs_ray, pytest.mark.real, pytest.mark.ray]
@@ -59,11 +59,6 @@ RATE = 16000
 FLAGS = ["--max-streams", "2", "--log-level", "warning", "--precision", "fp32"]
 FLEURS = DATA / "audio" / "fleurs-en-dev" / "fleurs-en-001.wav"  # 8.8 s
 NORMAL_CLOSURE, GOING_AWAY = 1000, 1001
-
-
-def words(text: str) -> list[str]:
-    """The words of ``text``, lower-cased, punctuation left out."""
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
 
 def free_port() -> int:
