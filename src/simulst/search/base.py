@@ -35,8 +35,8 @@ class Query:
         block_loops: a searcher that can never extends a hypothesis with a token that completes a repetition loop
             past the prefix (:func:`~simulst.sequences.ends_in_loop`), so its search takes the best way on that
             says something new: the fallback of a decode committed whole whose best hypothesis ran into a loop.
-        next_tokens: a searcher that can takes only one of these tokens right after the prefix (``<eos>`` among
-            them or not; None: any), and checks no draft: a boundary the stream keeps open
+        next_tokens: a searcher that can take only one of these tokens right after the prefix (``<eos>`` among
+            them or not; None: any) and checks no draft: a boundary the stream keeps open
             (``StreamOptions.punctuate_held_end``). Others ignore it.
     """
 
