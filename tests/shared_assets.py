@@ -34,3 +34,8 @@ def english_items() -> list[tuple[str, Path, str]]:
 def words(text: str) -> list[str]:
     """The words of ``text``, lower-cased, punctuation left out (apostrophes kept): outputs compared as words."""
     return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
+
+
+def phrase(text: str) -> str:
+    """``text``'s words (as :func:`words`) joined by single spaces: a phrase looked for in an output."""
+    return " ".join(words(text))

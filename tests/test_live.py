@@ -33,7 +33,7 @@ from simulst.config import StreamOptions
 from simulst.errors import DeviceError
 from simulst.models.base import SpeechModel
 from simulst.streaming.engine import SpeechEngine
-from tests.shared_assets import JFK, needs_shared
+from tests.shared_assets import JFK, needs_shared, phrase
 from tests.toy import ToySpeechModel, tone
 
 PHRASE = "ask not what your country can do for you"
@@ -43,10 +43,6 @@ PHRASE = "ask not what your country can do for you"
 def run_live_cli(argv: list[str]) -> int:
     """``simulst live ARGS`` through the command's entry point (its exit codes)."""
     return main(["live", *argv])
-
-
-def words(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
 
 
 def real_portaudio_has_inputs() -> bool:
@@ -260,7 +256,7 @@ def test_live_loop_prints_jfk_as_it_comes(model: SpeechModel, capsys: pytest.Cap
 
     result = live.run_live_loop(stream, microphone(), StreamOutput("text", realtime=True))
     printed = "".join(printed_before) + capsys.readouterr().out
-    assert PHRASE in words(stream.text)
+    assert PHRASE in phrase(stream.text)
     assert not result.interrupted and not result.silent and result.source_s == pytest.approx(11.0)
     lines = printed.splitlines()
     assert len(lines) == len(stream.emissions) >= 3

@@ -8,7 +8,6 @@ import asyncio
 import dataclasses
 import io
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from simulst.server.client import ClientResult, pcm16, stream_audio
 from simulst.server.protocol import Limits, StartRequest
 from simulst.server.service import OpenedStream, ServerConfig, Service
 from tests.server_fixtures import Running, messages, serving
-from tests.shared_assets import JFK, needs_shared
+from tests.shared_assets import JFK, needs_shared, phrase
 from tests.shared_assets import JFK_PHRASE as PHRASE
 
 pytestmark = [needs_shared, pytest.mark.real]
@@ -38,10 +37,6 @@ FAST = Limits(max_speed=1000.0, burst_s=1000.0)  # clients may send as fast as t
 # The websocket close codes a client sees (RFC 6455, section 7.4.1): the protocol's contract, so spelled out here.
 NORMAL_CLOSURE, POLICY_VIOLATION, INTERNAL_ERROR, TRY_AGAIN_LATER = 1000, 1008, 1011, 1013
 WHISPER_RATE = 16000  # Hz: the rate the server asks its clients for (Whisper's), and jfk.wav's own
-
-
-def words(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z' ]", " ", text.lower()).split())
 
 
 class FaultyService(Service):
@@ -112,7 +107,7 @@ def test_live_stream_transcribes_and_keeps_a_transcript(server: Running, jfk: np
     result: ClientResult = run(stream_audio(server.ws, jfk, 16000, {"policy": "la-2", "chunk_ms": 1000}))
     assert result.error is None and result.close_code == NORMAL_CLOSURE
     assert result.ready is not None and result.ready["channels"] == ["source"]
-    assert PHRASE.search(words(result.text))
+    assert PHRASE.search(phrase(result.text))
     assert "".join(m["text"] for m in result.emissions) == result.final["text"]  # type: ignore[index]
     sources = [m["source_ms"] for m in result.emissions]
     assert sources == sorted(sources) and len(sources) >= 2  # committed while streaming, in order
@@ -127,7 +122,7 @@ def test_any_client_rate_is_resampled(server: Running, jfk: np.ndarray) -> None:
     audio = soxr.resample(jfk, 16000, 44100).astype(np.float32)
     result = run(stream_audio(server.ws, audio, 44100, {"chunk_ms": 2000}, frame_ms=250, realtime=False))
     assert result.error is None
-    assert PHRASE.search(words(result.text))
+    assert PHRASE.search(phrase(result.text))
     assert abs(result.final["source_ms"] - 1000 * len(jfk) / 16000) < 20  # type: ignore[index]
 
 
@@ -135,7 +130,7 @@ def test_cascade_stream_sends_both_channels_and_speech(server: Running, jfk: np.
     result = run(stream_audio(server.ws, jfk, 16000, {"to": "es", "speech": True}, realtime=False))
     assert result.error is None, result.error
     assert result.ready is not None and result.ready["channels"] == ["source", "target"]
-    assert PHRASE.search(words("".join(m["text"] for m in result.channel("source"))))
+    assert PHRASE.search(phrase("".join(m["text"] for m in result.channel("source"))))
     target = "".join(m["text"] for m in result.channel("target"))
     assert target == result.text and "país" in target.lower()
     assert result.speech and all(len(frame) % 2 == 0 and len(frame) > 1000 for frame in result.speech)
@@ -213,7 +208,7 @@ def test_faults_leave_other_streams_unchanged(server: Running, jfk: np.ndarray) 
 
     alone = run(file_request())
     text, failed, rest = run(together())
-    assert "fellow americans" in words(alone) and text == alone
+    assert "fellow americans" in phrase(alone) and text == alone
     assert failed.error is not None and "injected model failure" in failed.error and failed.close_code == INTERNAL_ERROR
     assert all(received and received[-1]["type"] == "error" for received, _ in rest[1:])
     health = httpx.get(f"{server.http}/health").json()
@@ -266,7 +261,7 @@ def test_token_is_required_when_set(model: WhisperModel, jfk: np.ndarray) -> Non
                 model="whisper-1", file=("a.wav", wav.getvalue()))
         text = openai.OpenAI(base_url=f"{running.http}/v1", api_key="s3cret").audio.transcriptions.create(
             model="whisper-1", file=("a.wav", wav.getvalue()), response_format="text")
-        assert "fellow americans" in words(str(text))
+        assert "fellow americans" in phrase(str(text))
 
 
 # ------------------------------------------------------------------------------------------- OpenAI endpoints
@@ -274,18 +269,18 @@ def test_openai_client_transcribes_and_translates_files(server: Running, jfk: np
     client = openai.OpenAI(base_url=f"{server.http}/v1", api_key="unused")
     with JFK.open("rb") as f:
         result = client.audio.transcriptions.create(model="whisper-tiny.en", file=f)
-    assert PHRASE.search(words(result.text))
+    assert PHRASE.search(phrase(result.text))
     short = io.BytesIO()  # the first 4 s ("And so my fellow Americans"), as FLAC
     sf.write(short, jfk[: 16000 * 4], 16000, format="FLAC")
     upload = ("short.flac", short.getvalue())
     text = client.audio.transcriptions.create(model="whisper-1", file=upload, response_format="text", language="en")
-    assert "fellow americans" in words(str(text))
+    assert "fellow americans" in phrase(str(text))
     srt = str(client.audio.transcriptions.create(model="whisper-1", file=upload, response_format="srt"))
     assert srt.startswith("1\n00:00:") and "-->" in srt and "Americans" in srt
     vtt = str(client.audio.transcriptions.create(model="whisper-1", file=upload, response_format="vtt"))
     assert vtt.startswith("WEBVTT") and "Americans" in vtt
     # an English-only model: the English speech is its own translation
-    assert words(client.audio.translations.create(model="whisper-1", file=upload).text) == words(str(text))
+    assert phrase(client.audio.translations.create(model="whisper-1", file=upload).text) == phrase(str(text))
     with pytest.raises(openai.BadRequestError, match="not audio"):
         client.audio.transcriptions.create(model="whisper-1", file=("notes.wav", b"this is not audio"))
     with pytest.raises(openai.BadRequestError, match="response_format"), JFK.open("rb") as f:

@@ -39,7 +39,7 @@ from simulst.server.protocol import Limits
 from simulst.server.service import ServerConfig, Service
 from simulst.types import Emission
 from tests.server_fixtures import Running, free_port, messages, metric, serving
-from tests.shared_assets import JFK_PHRASE, needs_shared
+from tests.shared_assets import JFK_PHRASE, needs_shared, phrase
 
 TOKEN = "ops-s3cret-7f3a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -50,10 +50,6 @@ NORMAL_CLOSURE, GOING_AWAY, POLICY_VIOLATION, TRY_AGAIN_LATER = 1000, 1001, 1008
 START = json.dumps({"type": "start"})
 END = json.dumps({"type": "end"})
 MB = 1 << 20
-
-
-def words(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z' ]", " ", text.lower()).split())
 
 
 def rss_mb() -> float:
@@ -161,7 +157,7 @@ def test_idle_sockets_do_not_keep_a_real_client_out(server: Running, jfk: np.nda
 
     ready_s, result, fates = run(scenario())
     assert ready_s < 1.0, f"the real client waited {ready_s:.2f} s for its slot"
-    assert result.error is None and JFK_PHRASE.search(words(result.text))
+    assert result.error is None and JFK_PHRASE.search(phrase(result.text))
     capped = [m for m, code in fates if code == TRY_AGAIN_LATER]
     timed_out = [m for m, code in fates if code == POLICY_VIOLATION]
     assert len(capped) == 4 and all("too many connections from 127.0.0.1" in m[0]["message"] for m in capped)
@@ -333,7 +329,7 @@ def test_shutdown_sends_every_open_stream_its_final(model: WhisperModel, jfk: np
     for result in results:
         assert result.final is not None and result.close_code == GOING_AWAY, (result.error, result.close_code)
         assert 3500 < result.final["source_ms"] < 7000  # what had been sent when the server stopped
-        assert words(result.final["text"]).startswith("and so my fellow americans")
+        assert phrase(result.final["text"]).startswith("and so my fellow americans")
         assert "".join(m["text"] for m in result.emissions) == result.final["text"]
     assert waiting_code == GOING_AWAY and "shutting down" in waiting[0]["message"]
     assert not listening
@@ -408,7 +404,7 @@ def test_serve_over_tls_logs_no_token_and_stops_gracefully_on_sigterm(certificat
             process.wait()
     text = log.read_text()
     assert result.final is not None and result.close_code == GOING_AWAY, (result.error, text[-3000:])
-    assert words(result.final["text"]).startswith("and so my fellow americans")
+    assert phrase(result.final["text"]).startswith("and so my fellow americans")
     assert TOKEN not in text
     access = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     streams = [line for line in access if line["kind"] == "stream"]
