@@ -20,4 +20,7 @@ if ! .venv/bin/python -c "import simuleval" 2>/dev/null; then
     .venv/bin/python -m pip install -q pandas tornado sacrebleu pyyaml soundfile pydub tqdm requests
 fi
 export HF_HUB_OFFLINE=1
-exec .venv/bin/python -m pytest -q "$@"
+# Two pytest workers (pytest-xdist), each test module whole on one of them: the Ray, server, browser and soak modules
+# spend much of their time waiting, the model modules computing. SIMULST_TEST_WORKERS=0 runs in this process alone;
+# options given here come after these and win (e.g. -n 0).
+exec .venv/bin/python -m pytest -q -n "${SIMULST_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -43,7 +43,7 @@ from simulst.evaluation.cluster import (  # noqa: E402  (after the skip: the mod
 )
 from simulst.evaluation.sweep import run_sweep_on_cluster  # noqa: E402
 
-pytestmark = [pytest.mark.ray, needs_shared]
+pytestmark = [pytest.mark.ray, needs_shared, pytest.mark.usefixtures("one_ray_at_a_time")]
 
 IDS = ("jfk", "fleurs-en-003", "fleurs-en-004")  # the shortest real utterances: 11, 7 and 8 s
 OPTIONS = StreamOptions(policy=PolicyOptions.parse("la-2"), chunk_ms=1000.0)

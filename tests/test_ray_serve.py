@@ -46,7 +46,8 @@ from tests.server_fixtures import serving
 from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared, words
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (simulst[ray])")
-pytestmark = [needs_shared, needs_ray, pytest.mark.real, pytest.mark.ray]
+pytestmark = [needs_shared, needs_ray, pytest.mark.real, pytest.mark.ray,
+              pytest.mark.usefixtures("one_ray_at_a_time")]
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = 16000
