@@ -28,3 +28,11 @@ def test_the_speed_anchor_times_ctranslate2s_encoder() -> None:
     pytest.importorskip("ctranslate2")
     anchor = speed_anchor_ms(repeats=1)
     assert anchor is not None and anchor > 0.0  # (a duration: its size is the machine's, never asserted)
+
+
+@pytest.mark.real
+@needs_shared
+def test_the_model_load_benchmark_times_a_load_in_a_fresh_process() -> None:
+    from model_load import ROOT, load_seconds
+
+    assert load_seconds("whisper-tiny.en", ROOT / "src") > 0.0  # (its size is the machine's, never asserted)

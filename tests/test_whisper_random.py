@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from simulst.config import PolicyOptions, StreamOptions
 from simulst.errors import ModelLoadError, OptionError
@@ -77,6 +79,23 @@ def test_broken_checkpoints_give_model_load_errors(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(ModelLoadError, match="neither"):
         load_model(str(empty))
+
+
+def test_loaded_weights_are_the_checkpoints_and_a_missing_one_is_an_error(tmp_path: Path) -> None:
+    # the network is built without random initialisation (WhisperNet.for_weights): every parameter must come from
+    # the checkpoint, and torch's initialisation must be whole again afterwards
+    draws = (torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.kaiming_uniform_)
+    directory = make_checkpoint(tmp_path / "en", ENGLISH_VOCAB)
+    weights = load_file(str(directory / "model.safetensors"))
+    net = load_model(str(directory), precision="fp32", encoder_precision="fp32").net
+    params = dict(net.state_dict())
+    assert params and all(torch.equal(value, weights[name]) for name, value in params.items())
+    assert (torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.kaiming_uniform_) == draws
+    assert torch.nn.Linear(64, 64).weight.abs().max() > 0  # layers built later still draw their weights
+    del weights["model.encoder.layers.0.fc1.weight"]
+    save_file(weights, str(directory / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"do not form a Whisper model.*fc1"):
+        load_model(str(directory))
 
 
 def test_a_stream_detects_its_language_once_and_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

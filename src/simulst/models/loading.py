@@ -72,8 +72,7 @@ def load_model(model: ModelOptions | str | None = None, **fields: Any) -> Whispe
     if config.get("model_type", "whisper") != "whisper":
         raise ModelLoadError(f"{directory}: model type {config.get('model_type')!r} is not supported (Whisper only)")
     try:
-        net = WhisperNet(WhisperDims.from_config(config))
-        net.load_hf_state_dict({k: v.float() for k, v in state.items()})
+        net = WhisperNet.for_weights(WhisperDims.from_config(config), {k: v.float() for k, v in state.items()})
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise ModelLoadError(f"{directory}: the weights do not form a Whisper model: {err}") from err
     tokenizer = BpeTokenizer.from_file(directory / "tokenizer.json", int(config.get("eos_token_id", 50256)))

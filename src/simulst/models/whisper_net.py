@@ -15,7 +15,9 @@ arguments the code path, and so its numerics, are exactly the single-stream ones
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -368,6 +370,16 @@ class WhisperNet(nn.Module):
         self.dims = dims
         self.model = WhisperModelNet(dims)
 
+    @classmethod
+    def for_weights(cls, dims: WhisperDims, state: dict[str, torch.Tensor]) -> WhisperNet:
+        """The network holding ``state`` (transformers-named weights, :meth:`load_hf_state_dict`), built without
+        the random initialisation its layers would otherwise draw, since every parameter is then overwritten (a
+        missing one is an error): a model loads sooner (``bench/results/model_load.md``)."""
+        with _uninitialised_layers():
+            net = cls(dims)
+        net.load_hf_state_dict(state)
+        return net
+
     def quantize_int8(self) -> None:
         """Int8 dynamic quantisation (per output channel) of the decoder's linear layers and output projection.
 
@@ -418,14 +430,16 @@ class WhisperNet(nn.Module):
         so beams whose scores differ by about that much, or a mean log-probability at a guard's threshold, can be
         decided the other way than with the exact projection; each row is quantised alike alone or batched.
         """
-        quantized: Any = _int8_linears(nn.Sequential(self._embedding_head()))
+        quantized: Any = _int8_linears(nn.Sequential(self._embedding_head()), inplace=True)
         # only the packed weights are kept (a plain attribute: not a parameter of the state dict)
         self.model.decoder.screen = quantized[0]._packed_params._packed_params
 
     def _embedding_head(self) -> nn.Linear:
-        """A linear output projection holding a copy of the tied token embedding (V, D), to be quantised."""
-        head = nn.Linear(self.dims.d_model, self.dims.vocab_size, bias=False)
-        head.weight = nn.Parameter(self.model.decoder.embed_tokens.weight.detach().clone(), requires_grad=False)
+        """A linear output projection whose weight is the tied token embedding (V, D), shared, to be quantised
+        (which reads it and keeps only the int8 copy); no weight of its own is made or initialised."""
+        head = nn.Linear(1, 1, bias=False)  # a shell: its (V, D) weight is the embedding, not a new random one
+        head.weight = nn.Parameter(self.model.decoder.embed_tokens.weight.detach(), requires_grad=False)
+        head.out_features, head.in_features = head.weight.shape
         return head
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -488,6 +502,26 @@ def _fuse_bf16(module: nn.Module) -> None:
         if isinstance(sub, Decoder):
             layers = [cast(DecoderLayer, layer).encoder_attn for layer in sub.layers]
             sub.cross_proj = Bf16Linear.stacked([p for a in layers for p in (a.k_proj, a.v_proj)])
+
+
+_INIT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _uninitialised_layers() -> Iterator[None]:
+    """Within it, the layers torch builds (linear, convolution, embedding) skip their random initialisation: their
+    weights hold whatever memory they were given. ``torch.nn.init``'s draws are replaced while it lasts, for every
+    thread: other threads wait for it at their own entry only, so build nothing else meanwhile that needs them."""
+    names = ("kaiming_uniform_", "uniform_", "normal_")
+    with _INIT_LOCK:
+        drawn = {name: getattr(nn.init, name) for name in names}
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        try:
+            yield
+        finally:
+            for name, draw in drawn.items():
+                setattr(nn.init, name, draw)
 
 
 def _int8_linears(module: nn.Module, inplace: bool = False) -> nn.Module:

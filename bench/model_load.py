@@ -1,0 +1,89 @@
+"""How long a command waits for its model: ``load_model`` of each catalog model (read the weights, build the
+network, prepare it as the default options run it), timed in a fresh process each time, imports not counted, the
+weights' files in the OS cache (one untimed load first).
+
+``--src`` times another checkout's code (its ``src`` folder; e.g. a ``git worktree`` of an earlier commit) under
+its own ``--label``: rows are kept per (label, model), so a page compares code versions timed in one sitting.
+Writes ``bench/results/model_load.csv`` and ``model_load.md``; run it alone on a quiet machine.
+
+    .venv/bin/python bench/model_load.py [--repeats 7] [--src DIR --label NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import csv_number, load_average, machine_note, markdown_table, speed_anchor_ms, write_csv, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+MODELS = ("whisper-tiny.en", "whisper-base")
+COLUMNS = ("label", "model", "median_s", "min_s", "max_s", "repeats", "machine")
+TIMED = """
+import sys, time
+from simulst.config import ModelOptions
+from simulst.models.loading import load_model
+start = time.perf_counter()
+load_model(ModelOptions(name=sys.argv[1]))
+print(time.perf_counter() - start)
+"""
+
+
+def load_seconds(model: str, src: Path) -> float:
+    """One fresh process's ``load_model`` wall time (seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", TIMED, model], env=env, check=True, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def git_label() -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return f"this checkout ({commit.stdout.strip() or 'unknown commit'})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=7, help="fresh processes per model (7)")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the src folder of the code to time")
+    parser.add_argument("--label", default=None, help="the rows' label (default: this checkout and its commit)")
+    args = parser.parse_args()
+    if not (args.src / "simulst").is_dir():
+        parser.error(f"--src {args.src}: no simulst package there")
+    label = args.label or git_label()
+    load_before, anchor = load_average(), speed_anchor_ms()
+    rows = []
+    for model in MODELS:
+        load_seconds(model, args.src)  # the weights into the OS cache (and the base model joined once)
+        times = [load_seconds(model, args.src) for _ in range(args.repeats)]
+        rows.append({"label": label, "model": model, "median_s": statistics.median(times), "min_s": min(times),
+                     "max_s": max(times), "repeats": args.repeats})
+        print(f"{label}  {model}: median {rows[-1]['median_s']:.3f} s", flush=True)
+    note = machine_note(load_before, anchor)
+    for row in rows:
+        row["machine"] = note
+    path = RESULTS / "model_load.csv"
+    kept = []
+    if path.is_file():
+        with path.open(encoding="utf-8") as f:
+            kept = [{k: csv_number(v) for k, v in r.items()} for r in csv.DictReader(f)
+                    if (r["label"], r["model"]) not in {(label, m) for m in MODELS}]
+    table = kept + rows
+    write_csv(path, table, COLUMNS)
+    write_report(RESULTS / "model_load.md", "\n".join([
+        "# Model load time", "",
+        "`load_model` of each catalog model in a fresh process (imports not counted, weights in the OS cache), "
+        "seconds over the repeats; written by `bench/model_load.py`.", "",
+        markdown_table(table, COLUMNS), "",
+    ]))
+
+
+if __name__ == "__main__":
+    main()
