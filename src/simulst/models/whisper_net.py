@@ -510,8 +510,9 @@ _INIT_LOCK = threading.Lock()
 @contextlib.contextmanager
 def _uninitialised_layers() -> Iterator[None]:
     """Within it, the layers torch builds (linear, convolution, embedding) skip their random initialisation: their
-    weights hold whatever memory they were given. ``torch.nn.init``'s draws are replaced while it lasts, for every
-    thread: other threads wait for it at their own entry only, so build nothing else meanwhile that needs them."""
+    weights hold whatever memory they were given, to be overwritten. It replaces ``torch.nn.init``'s draws for the
+    whole process while it lasts (as transformers' ``no_init_weights`` does): two entries take turns, but a layer
+    that another thread builds meanwhile, outside it, skips its draws too."""
     names = ("kaiming_uniform_", "uniform_", "normal_")
     with _INIT_LOCK:
         drawn = {name: getattr(nn.init, name) for name in names}
