@@ -222,6 +222,12 @@ def write_csv(path: Path, rows: Sequence[dict[str, object]], columns: Sequence[s
         writer.writerows(rows)
 
 
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """A result table written by :func:`write_csv`, its numbers back as numbers (:func:`csv_number`)."""
+    with path.open(encoding="utf-8") as f:
+        return [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
 def csv_number(text: str) -> Any:
     """A CSV cell back as an int or a float where it is one (else the text)."""
     for kind in (int, float):

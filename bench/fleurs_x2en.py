@@ -13,7 +13,6 @@ waits for long-form streaming). The records are the evaluation runner's, so the 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import sys
 import time
@@ -29,7 +28,7 @@ from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, csv_number, machine_note, markdown_table, seconds, write_csv, write_report
+from common import DATA, machine_note, markdown_table, read_csv, seconds, write_csv, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LANGUAGES = ("de", "fr")
@@ -63,7 +62,7 @@ def main() -> None:
     parser.add_argument("--plot-only", action="store_true", help="only redraw the plots from OUT.csv")
     args = parser.parse_args()
     if args.plot_only:
-        plot(args.out, _read_rows(RESULTS / f"{args.out}.csv"))
+        plot(args.out, read_csv(RESULTS / f"{args.out}.csv"))
         return
     sets = items_by_language()
     engines = {lang: SpeechEngine.load(ModelOptions("whisper-base", language=lang, task="translate",
@@ -71,7 +70,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     csv_path, md_path = RESULTS / f"{args.out}.csv", RESULTS / f"{args.out}.md"
     if args.append and csv_path.is_file():
-        rows = _read_rows(csv_path)
+        rows = read_csv(csv_path)
     for spec in args.configs.split(","):
         policy_spec, _, flag = spec.partition("/")
         policy = PolicyOptions.parse(policy_spec)
@@ -124,11 +123,6 @@ def main() -> None:
     write_report(md_path, header + markdown_table(rows, COLUMNS))
     write_csv(csv_path, rows, COLUMNS)
     plot(args.out, rows)
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [{k: csv_number(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def plot(out: str, rows: list[dict[str, Any]]) -> None:

@@ -12,7 +12,6 @@ Writes ``bench/results/model_load.csv`` and ``model_load.md``; run it alone on a
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import csv_number, load_average, machine_note, markdown_table, speed_anchor_ms, write_csv, write_report
+from common import load_average, machine_note, markdown_table, read_csv, speed_anchor_ms, write_csv, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -70,11 +69,7 @@ def main() -> None:
     for row in rows:
         row["machine"] = note
     path = RESULTS / "model_load.csv"
-    kept = []
-    if path.is_file():
-        with path.open(encoding="utf-8") as f:
-            kept = [{k: csv_number(v) for k, v in r.items()} for r in csv.DictReader(f)
-                    if (r["label"], r["model"]) not in {(label, m) for m in MODELS}]
+    kept = [r for r in read_csv(path) if r["label"] != label] if path.is_file() else []  # (a label times every model)
     table = kept + rows
     write_csv(path, table, COLUMNS)
     write_report(RESULTS / "model_load.md", "\n".join([

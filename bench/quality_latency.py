@@ -36,7 +36,6 @@ line (under ``--latency balanced`` unless FLAGS name another), logs it under
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import math
 import shlex
@@ -64,10 +63,10 @@ from common import (
     DATA,
     READING,
     X2EN_LANGUAGES,
-    csv_number,
     load_average,
     machine_note,
     markdown_table,
+    read_csv,
     seconds,
     speed_anchor_ms,
     write_csv,
@@ -307,8 +306,7 @@ def write(out: Path, task: str, rows: list[dict[str, Any]], note: str, ran: Sequ
     csv_path, md_path = out / "quality_latency.csv", out / "quality_latency.md"
     kept: list[dict[str, Any]] = []
     if csv_path.is_file():
-        with csv_path.open(encoding="utf-8") as f:
-            kept = [{k: csv_number(v) for k, v in r.items()} for r in csv.DictReader(f) if r["task"] != task]
+        kept = [r for r in read_csv(csv_path) if r["task"] != task]
     all_rows = sorted(kept + rows, key=lambda r: TASKS.index(r["task"]))  # (each task's rows together, in order)
     old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
     runs = [line for line in old.splitlines() if line.startswith("* Run ")]
