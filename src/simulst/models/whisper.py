@@ -301,9 +301,6 @@ class WhisperModel:
         """One decoder pass: the last position's raw logits, the extended cache and, with ``trace_from``, the
         alignment heads' layers' cross-attention queries (per layer (B, H, L - trace_from, D/H)) of the positions
         from ``trace_from`` on."""
-        batch = tokens.shape[0]
-        if batch > 1:
-            cross = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in cross]
         queries: list[torch.Tensor] | None = [] if trace_from is not None else None
         tracked = alignment is not None or queries is not None
         heads = self._alignment_by_layer if tracked else None  # grouped once, in __init__
@@ -642,10 +639,13 @@ class WhisperModel:
 def _prepared(net: WhisperNet, screen_vocabulary: bool, device: torch.device, precision: str,
               encoder_precision: str) -> WhisperNet:
     """The network as the options run it (``auto`` precisions resolved): the decoder's linear layers in bfloat16
-    or its weights in int8, and (fp32 or bf16 on the CPU, with ``screen_vocabulary``) the screened vocabulary
+    (in float32 on the CPU: as :class:`~simulst.models.whisper_net.StepLinear`, for the steps of a few beams) or
+    its weights in int8, and (fp32 or bf16 on the CPU, with ``screen_vocabulary``) the screened vocabulary
     projection; the encoder's linear layers in int8 or bfloat16; on the device, in eval mode."""
     if precision == "bf16":
         net.decoder_bf16()
+    elif precision == "fp32" and device.type == "cpu":
+        net.decoder_steps_fp32()
     if precision == "int8":
         net.quantize_int8()
     elif screen_vocabulary and device.type == "cpu" and net.model.decoder.screen is None:

@@ -122,6 +122,8 @@ class Attention(nn.Module):
             queries.append(q[:, :, query_from:])
         if groups is not None:
             return self._attend_grouped(q, kv, mask, groups)
+        if k.shape[0] == 1 < q.shape[0] and mask is None and not causal:
+            return self._attend_shared(q, kv)
         if mask is None and causal and x.shape[1] > 1:
             length, total = x.shape[1], k.shape[2]
             mask = torch.ones(length, total, dtype=torch.bool, device=x.device).tril(total - length)
@@ -141,6 +143,16 @@ class Attention(nn.Module):
         """Attention weights of the last query of ``x`` (B, L, D) over the keys of ``kv`` for ``heads``, summed
         over those heads: (B, S)."""
         return torch.softmax(self.head_scores(x[:, -1:], kv, heads), dim=-1).sum(dim=1)[:, 0]
+
+    def _attend_shared(self, q: torch.Tensor, kv: KV) -> torch.Tensor:
+        """:meth:`attend` of B rows of queries ``q`` (B, H, L, D/H) over one row of keys/values (1, H, S, D/H) that
+        they all share (the beams of a search over one encoding): the rows' queries side by side as the L positions
+        of one row. Why: the fused attention kernel broadcasts the shared keys to every row, which reads them B
+        times over (or copies them); one row of B·L queries reads them once. Same sums per query."""
+        b, h, length, dh = q.shape
+        side_by_side = q.transpose(0, 1).reshape(1, h, b * length, dh)
+        out = F.scaled_dot_product_attention(side_by_side, kv[0], kv[1])  # (1, H, B·L, D/H)
+        return self.out_proj(out.view(h, b, length, dh).permute(1, 2, 0, 3).reshape(b, length, h * dh))
 
     def _attend_grouped(self, q: torch.Tensor, kv: KV, mask: torch.Tensor | None, groups: Groups) -> torch.Tensor:
         """:meth:`attend` of one-token queries ``q`` (B, H, 1, D/H) regrouped into a (G, W) grid (see Groups)."""
@@ -416,6 +428,12 @@ class WhisperNet(nn.Module):
         _bf16_linears(self.model.decoder)
         _fuse_bf16(self.model.decoder)
 
+    def decoder_steps_fp32(self) -> None:
+        """The decoder's linear layers as :class:`StepLinear`: a step of a few beams multiplies each weight as
+        W·xᵀ, the kernel that is faster for so few rows on the CPU; the forced passes (many rows) and one-row steps
+        as before. The weights stay float32 and are not copied."""
+        _step_linears(self.model.decoder.layers)
+
     def screen_vocabulary(self) -> None:
         """Project decoder states onto the vocabulary in two stages: an int8 copy of the token embedding E scores
         every token, and the ``SCREEN_TOP`` best of each row are scored again exactly (float32 rows of E).
@@ -450,6 +468,31 @@ class WhisperNet(nn.Module):
             raise KeyError(f"Whisper weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
+STEP_ROWS = (2, 4)  # the row counts StepLinear multiplies as W·xᵀ (a beam search's steps)
+
+
+class StepLinear(nn.Module):
+    """A float32 linear layer (the weight and bias of ``linear``, shared) that multiplies a few rows, the beams of a
+    decoder step, as W·xᵀ: ``STEP_ROWS`` rows; any other count as ``nn.Linear`` does (x·Wᵀ).
+
+    Why: on the CPU, torch's x·Wᵀ kernel is slow for a handful of rows (a decoder step of a beam of 3 reads every
+    weight of the decoder at a fraction of the memory's speed), and W·xᵀ is another kernel that reads W in its
+    stored order. Same sums, up to float rounding (:meth:`WhisperNet.decoder_steps_fp32`)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight = linear.weight
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if not STEP_ROWS[0] <= rows <= STEP_ROWS[1]:
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(rows, x.shape[-1]).t()
+        out = self.weight @ flat if self.bias is None else torch.addmm(self.bias.unsqueeze(1), self.weight, flat)
+        return out.t().contiguous().view(*x.shape[:-1], self.weight.shape[0])
+
+
 class Bf16Linear(nn.Module):
     """A linear layer whose weight and bias are kept in bfloat16 and whose input is rounded to bfloat16; its
     output is float32, or bfloat16 with ``keep_bf16`` (for a layer whose output only feeds another such layer
@@ -478,6 +521,14 @@ class Bf16Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x.to(torch.bfloat16), self.weight, self.bias)
         return out if self.keep_bf16 else out.float()
+
+
+def _step_linears(module: nn.Module) -> None:
+    """Replace every ``nn.Linear`` inside ``module`` by a :class:`StepLinear` of it."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, StepLinear(child))
 
 
 def _bf16_linears(module: nn.Module) -> None:
