@@ -36,3 +36,27 @@ def test_the_model_load_benchmark_times_a_load_in_a_fresh_process() -> None:
     from model_load import ROOT, load_seconds
 
     assert load_seconds("whisper-tiny.en", ROOT / "src") > 0.0  # (its size is the machine's, never asserted)
+
+
+def test_the_code_versions_table_pairs_two_logs_of_one_run(tmp_path: Path) -> None:
+    import dataclasses
+
+    from code_versions import compare
+    from simulst.evaluation.instances import read_log, write_log
+
+    kept = Path(__file__).resolve().parents[1] / "bench" / "results" / "decoder_steps"
+    run = "quality_latency/translate/balanced"
+    before, after = compare("translate", "balanced", kept / "before" / run, kept / "after" / run)
+    assert (before["code"], after["code"]) == ("before", "after")
+    assert after["equal_texts"] == "20/20" and after["d_before"] == "+0.00 [+0.00, +0.00]"
+    assert before["Q1"] == after["Q1"] and before["RTF"] > 0.0 and after["RTF_live"] > 0.0
+    records = read_log(kept / "after" / run / "instances.log")
+    records[0] = dataclasses.replace(records[0], prediction="")  # one text lost: fewer equal, less BLEU
+    write_log(tmp_path / "instances.log", records)
+    _, changed = compare("translate", "balanced", kept / "before" / run, tmp_path)
+    assert changed["equal_texts"] == "19/20" and changed["Q1"] < before["Q1"]
+    assert changed["d_before"].startswith("-")
+    (tmp_path / "other").mkdir()
+    write_log(tmp_path / "other" / "instances.log", records[1:])
+    with pytest.raises(SystemExit, match="not of the same utterances"):
+        compare("translate", "balanced", kept / "before" / run, tmp_path / "other")

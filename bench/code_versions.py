@@ -1,0 +1,80 @@
+"""Two versions of the code on the same runs: the rows of ``quality_latency.py`` logs written by each, side by side.
+
+To time a change of the code (not of the options), run ``quality_latency.py`` once with the code before it
+(``PYTHONPATH=<a worktree of the commit before>/src``) and once after, each into its own ``--out`` folder, one
+after the other on a quiet machine; then this script reads both logs of each run and writes one table: quality,
+latency, compute (RTF; with ``--realtime``, AL_live and RTF_live), how many utterances' texts are equal, and the
+paired bootstrap 95 % interval of the quality difference (after − before) over utterances::
+
+    .venv/bin/python bench/code_versions.py --task translate --run balanced=quality_latency/translate/balanced \\
+        --before bench/results/decoder_steps/before --after bench/results/decoder_steps/after \\
+        --out bench/results/decoder_steps/code_versions.md
+
+A run is named ``NAME=PATH``: PATH is its ``instances.log`` folder relative to each ``--before`` / ``--after``
+folder. Timings compare only within one sitting of the machine: the note under each folder's own
+``quality_latency.md`` gives its load and speed anchor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from simulst.evaluation.bootstrap import paired_bootstrap
+from simulst.evaluation.instances import read_log
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import markdown_table, write_csv, write_report
+from quality_latency import QUALITY, score_row
+
+COLUMNS = ["task", "run", "code", "n", "Q1", "Q2", "AL", "LAAL", "RTF", "AL_live", "RTF_live", "equal_texts",
+           "d_before"]
+
+
+def compare(task: str, name: str, before: Path, after: Path) -> list[dict[str, Any]]:
+    """The rows of one run: the code before, the code after (with the texts equal to before's and the interval)."""
+    logs = {"before": read_log(before / "instances.log"), "after": read_log(after / "instances.log")}
+    if [r.source for r in logs["before"]] != [r.source for r in logs["after"]]:
+        raise SystemExit(f"{name}: the two logs are not of the same utterances in the same order")
+    rows = []
+    for code, records in logs.items():
+        row = score_row(task, name, "", records, {}, against=())
+        row.update(run=name, code=code)
+        if code == "after":
+            q1 = QUALITY[task][0]
+            refs = [r.reference or "" for r in records]
+            interval = paired_bootstrap(q1, [r.prediction for r in logs["before"]],
+                                        [r.prediction for r in records], refs)
+            row["d_before"] = interval.describe()
+            equal = sum(a.prediction == b.prediction for a, b in zip(logs["before"], records, strict=True))
+            row["equal_texts"] = f"{equal}/{len(records)}"
+        rows.append({column: row.get(column, "") for column in COLUMNS})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=tuple(QUALITY), required=True)
+    parser.add_argument("--run", action="append", required=True, metavar="NAME=PATH",
+                        help="a run's instances.log folder, relative to --before and --after (repeatable)")
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the Markdown table (+ .csv beside it)")
+    args = parser.parse_args()
+    rows = []
+    for spec in args.run:
+        name, _, path = spec.partition("=")
+        if not path:
+            raise SystemExit(f"--run wants NAME=PATH, got {spec!r}")
+        rows += compare(args.task, name, args.before / path, args.after / path)
+    q1, q2 = QUALITY[args.task]
+    write_csv(args.out.with_suffix(".csv"), rows, COLUMNS)
+    write_report(args.out, f"# The code before and after, {args.task}\n\nWritten by `bench/code_versions.py` "
+                 f"(its docstring says how). Q1 / Q2: {q1} / {q2}; latencies in seconds; d_before: Q1 after − "
+                 f"before, paired bootstrap 95 % interval over utterances.\n\n{markdown_table(rows, COLUMNS)}\n")
+
+
+if __name__ == "__main__":
+    main()
