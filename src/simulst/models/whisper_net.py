@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -416,7 +416,7 @@ class WhisperNet(nn.Module):
         stream stay in float32. Why: the linear layers hold most of the encoder's compute on a long window, and a
         CPU with bfloat16 instructions (AVX512-BF16, AMX) multiplies in it faster than in float32. The products
         that share an input run as one (:func:`_fuse_bf16`)."""
-        _bf16_linears(self.model.encoder)
+        _replace_linears(self.model.encoder, Bf16Linear)
         _fuse_bf16(self.model.encoder)
 
     def decoder_bf16(self) -> None:
@@ -425,14 +425,14 @@ class WhisperNet(nn.Module):
         embedding and so the vocabulary projection stay in float32. Why: a decoder step multiplies a few rows by
         every weight, which streams the weights through the CPU; bfloat16 weights are half the bytes and run on
         the CPU's bfloat16 instructions. The products that share an input run as one (:func:`_fuse_bf16`)."""
-        _bf16_linears(self.model.decoder)
+        _replace_linears(self.model.decoder, Bf16Linear)
         _fuse_bf16(self.model.decoder)
 
     def decoder_steps_fp32(self) -> None:
         """The decoder's linear layers as :class:`StepLinear`: a step of a few beams multiplies each weight as
         W·xᵀ, the kernel that is faster for so few rows on the CPU; the forced passes (many rows) and one-row steps
         as before. The weights stay float32 and are not copied."""
-        _step_linears(self.model.decoder.layers)
+        _replace_linears(self.model.decoder.layers, StepLinear)
 
     def screen_vocabulary(self) -> None:
         """Project decoder states onto the vocabulary in two stages: an int8 copy of the token embedding E scores
@@ -523,20 +523,12 @@ class Bf16Linear(nn.Module):
         return out if self.keep_bf16 else out.float()
 
 
-def _step_linears(module: nn.Module) -> None:
-    """Replace every ``nn.Linear`` inside ``module`` by a :class:`StepLinear` of it."""
+def _replace_linears(module: nn.Module, layer: Callable[[nn.Linear], nn.Module]) -> None:
+    """Replace every ``nn.Linear`` inside ``module`` by ``layer`` of it (:class:`StepLinear`, :class:`Bf16Linear`)."""
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, StepLinear(child))
-
-
-def _bf16_linears(module: nn.Module) -> None:
-    """Replace every ``nn.Linear`` inside ``module`` by a :class:`Bf16Linear` of it."""
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                setattr(parent, name, Bf16Linear(child))
+                setattr(parent, name, layer(child))
 
 
 def _fuse_bf16(module: nn.Module) -> None:
