@@ -4,7 +4,8 @@ To time a change of the code (not of the options), run ``quality_latency.py`` on
 (``PYTHONPATH=<a worktree of the commit before>/src``) and once after, each into its own ``--out`` folder, one
 after the other on a quiet machine; then this script reads both logs of each run and writes one table: quality,
 latency, compute (RTF; with ``--realtime``, AL_live and RTF_live), how many utterances' texts are equal, and the
-paired bootstrap 95 % interval of the quality difference (after − before) over utterances::
+paired bootstrap 95 % intervals over utterances of the quality difference (after − before, ``d_before``, as
+``quality_latency.py`` computes it) and of the RTF difference (``d_RTF``, as ``paired_compute.py`` does)::
 
     .venv/bin/python bench/code_versions.py --task translate --run balanced=quality_latency/translate/balanced \\
         --before bench/results/decoder_steps/before --after bench/results/decoder_steps/after \\
@@ -22,15 +23,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulst.evaluation.bootstrap import paired_bootstrap
 from simulst.evaluation.instances import read_log
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, write_csv, write_report
+from paired_compute import compute_of, rtf_interval
 from quality_latency import QUALITY, score_row
 
 COLUMNS = ["task", "run", "code", "n", "Q1", "Q2", "AL", "LAAL", "RTF", "AL_live", "RTF_live", "equal_texts",
-           "d_before"]
+           "d_before", "d_RTF"]
 
 
 def compare(task: str, name: str, before: Path, after: Path) -> list[dict[str, Any]]:
@@ -40,16 +41,13 @@ def compare(task: str, name: str, before: Path, after: Path) -> list[dict[str, A
         raise SystemExit(f"{name}: the two logs are not of the same utterances in the same order")
     rows = []
     for code, records in logs.items():
-        row = score_row(task, name, "", records, {}, against=())
+        against = (("before", "d_before"),) if code == "after" else ()
+        row = score_row(task, name, "", records, {"before": logs["before"]}, against=against)
         row.update(run=name, code=code)
         if code == "after":
-            q1 = QUALITY[task][0]
-            refs = [r.reference or "" for r in records]
-            interval = paired_bootstrap(q1, [r.prediction for r in logs["before"]],
-                                        [r.prediction for r in records], refs)
-            row["d_before"] = interval.describe()
             equal = sum(a.prediction == b.prediction for a, b in zip(logs["before"], records, strict=True))
             row["equal_texts"] = f"{equal}/{len(records)}"
+            row["d_RTF"] = rtf_interval([compute_of(logs["before"])], [compute_of(records)]).describe(3)
         rows.append({column: row.get(column, "") for column in COLUMNS})
     return rows
 
@@ -71,9 +69,10 @@ def main() -> None:
         rows += compare(args.task, name, args.before / path, args.after / path)
     q1, q2 = QUALITY[args.task]
     write_csv(args.out.with_suffix(".csv"), rows, COLUMNS)
-    write_report(args.out, f"# The code before and after, {args.task}\n\nWritten by `bench/code_versions.py` "
-                 f"(its docstring says how). Q1 / Q2: {q1} / {q2}; latencies in seconds; d_before: Q1 after − "
-                 f"before, paired bootstrap 95 % interval over utterances.\n\n{markdown_table(rows, COLUMNS)}\n")
+    header = (f"# The code before and after, {args.task}\n\nWritten by `bench/code_versions.py` (its docstring says "
+              f"how). Q1 / Q2: {q1} / {q2}; latencies in seconds; d_before / d_RTF: Q1 / RTF after − before, paired "
+              "bootstrap 95 % interval over utterances.")
+    write_report(args.out, f"{header}\n\n{markdown_table(rows, COLUMNS)}\n")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulst.evaluation.bootstrap import bootstrap_from_stats
+from simulst.evaluation.bootstrap import PairedInterval, bootstrap_from_stats
 from simulst.evaluation.instances import InstanceRecord, read_log
 
 
@@ -35,6 +35,15 @@ def rtf(runs: dict[str, tuple[float, float, str]]) -> float:
     return sum(c for c, _, _ in runs.values()) / sum(a for _, a, _ in runs.values())
 
 
+def rtf_interval(a: list[dict[str, tuple[float, float, str]]],
+                 b: list[dict[str, tuple[float, float, str]]]) -> PairedInterval:
+    """RTF of B − A (runs of each: :func:`compute_of`, of the same utterances; an utterance's compute the mean of
+    its runs) with the paired bootstrap 95 % interval over utterances."""
+    ids = sorted(a[0])
+    stats = [np.array([[np.mean([run[i][0] for run in runs]), runs[0][i][1]] for i in ids]) for runs in (a, b)]
+    return bootstrap_from_stats("rtf", stats[0], stats[1], lambda s: float(s[0] / s[1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--a", required=True, help="A's logs, comma-separated")
@@ -48,8 +57,7 @@ def main() -> None:
     for name, paths, side in zip("AB", (args.a, args.b), sides, strict=True):
         for path, one in zip(paths.split(","), side, strict=True):
             print(f"{name} {path}: RTF {rtf(one):.4f}")
-    stats = [np.array([[np.mean([run[i][0] for run in runs]), runs[0][i][1]] for i in ids]) for runs in sides]
-    interval = bootstrap_from_stats("rtf", stats[0], stats[1], lambda s: float(s[0] / s[1]))
+    interval = rtf_interval(sides[0], sides[1])
     same = all(run[i][2] == sides[0][0][i][2] for runs in sides for run in runs for i in ids)
     print(f"RTF A {interval.a:.3f}, B {interval.b:.3f}: B - A {interval.describe(3)} ({interval.b / interval.a:.3f}x) "
           f"over {len(ids)} utterances; the same outputs in every run: {same}")

@@ -49,6 +49,7 @@ def test_the_code_versions_table_pairs_two_logs_of_one_run(tmp_path: Path) -> No
     before, after = compare("translate", "balanced", kept / "before" / run, kept / "after" / run)
     assert (before["code"], after["code"]) == ("before", "after")
     assert after["equal_texts"] == "20/20" and after["d_before"] == "+0.00 [+0.00, +0.00]"
+    assert after["d_RTF"] == "-0.168 [-0.213, -0.130]"  # (bench/paired_compute.py's interval of these two logs)
     assert before["Q1"] == after["Q1"] and before["RTF"] > 0.0 and after["RTF_live"] > 0.0
     records = read_log(kept / "after" / run / "instances.log")
     records[0] = dataclasses.replace(records[0], prediction="")  # one text lost: fewer equal, less BLEU
