@@ -66,7 +66,10 @@ class SharedEncodings:
     def new_utterance(self) -> None:
         self._cache.clear()
 
-    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
+        if reencode_s is not None:  # (an encoding that reuses the stream's last one is not shared)
+            return self._model.encode(audio, costs, previous, reencode_s)
         key = int(audio.shape[0])
         if key in self._cache:
             enc, frames, seconds = self._cache[key]

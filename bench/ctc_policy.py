@@ -55,10 +55,11 @@ class TimedModel:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)
 
-    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
         start = time.process_time()
         try:
-            return self.model.encode(audio, costs)
+            return self.model.encode(audio, costs, previous, reencode_s)
         finally:
             self.encode_cpu += time.process_time() - start
 

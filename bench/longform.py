@@ -200,6 +200,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0}, {}),  # (balanced since 12-02)
     # translation: a held sentence end (--hold-sentence-end) kept a punctuation mark in the next decodes
     "hold-punct": ("balanced", {"hold_sentence_end": True, "punctuate_held_end": True}, {}),
+    # each chunk re-encodes only its last 2 s of audio (and the window's new silence): --reencode-s 2
+    "reencode-2": ("balanced", {"reencode_s": 2.0}, {}),
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"

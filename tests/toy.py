@@ -140,7 +140,8 @@ class ToySpeechModel(ScriptedDecoder):
                 return {1: self.guess_p, EOS: 1.0 - self.guess_p}  # a guess at the next, unheard word
         return {EOS: 0.9, 1: 0.1}
 
-    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
         costs.encoder_calls += 1
         costs.encoder_frames += audio.shape[0]
         self.encodes.append(int(audio.shape[0]))

@@ -216,21 +216,31 @@ _HOLDS_SENTENCE_END = {"hold_sentence_end": True}
 # none, a decode after the pause ran the clauses together in words not said ("fellow Americans asked not" for
 # "fellow Americans, ask not" in 18 of the English dev talk's 33 readings of jfk).
 _PUNCTUATES_HELD_END = {"punctuate_held_end": True}
+# ... and each decode re-encodes only the last 2 s of its audio (and the window's new silence), the older positions
+# keeping their encoder keys and values from the decodes before: on the short dev utterances over three chunk grids
+# fewer errors by an interval that excludes zero, at the same delay; on the long-form dev sets a WER an interval
+# cannot tell from the full window's, the words a little sooner; about half the encoder's frames computed
+# (bench/results/longform_phases_reencode/, quality_latency_grids.md). low and accurate were not measured with it;
+# translate balanced read a BLEU that cannot be told from the full window's, but its words later and a lower chrF
+# on the dev utterances (quality_latency_grids_translate.md): translations encode their whole window.
+_RECENT_AUDIO = {"reencode_s": 2.0}
+_WHOLE_WINDOW = {"reencode_s": None}  # (said, so that low's and accurate's flags typed without --latency give them)
 _NO_HOLD = {"hold_sentence_end": False,  # (said, so that low's and accurate's flags typed without --latency give them)
             "punctuate_held_end": False}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
            {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY, **_NO_HOLD,
-            **_BFLOAT16}, without_ctc_head={**_LOW_WITHOUT_CTC_HEAD, **_NO_HOLD, **_BFLOAT16}),
+            **_WHOLE_WINDOW, **_BFLOAT16}, without_ctc_head={**_LOW_WITHOUT_CTC_HEAD, **_NO_HOLD, **_WHOLE_WINDOW,
+                                                              **_BFLOAT16}),
     Preset("transcribe", "balanced", "500 ms chunks, a beam of 3 each, beam agreement, pauses skipped (VAD), a "
            "sentence end committed with the word after it (a mark kept there), cut at sentence ends past 10 s "
-           "(mid-sentence at 24 s)",
+           "(mid-sentence at 24 s), each decode re-encoding its last 2 s of audio",
            {"chunk_ms": 500.0, **_LONGER_SENTENCES, **_LISTENS, **_BEAM_AGREEMENT, **_HOLDS_SENTENCE_END,
-            **_PUNCTUATES_HELD_END, **_BFLOAT16}),
+            **_PUNCTUATES_HELD_END, **_RECENT_AUDIO, **_BFLOAT16}),
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
            "agree (LA-2), a sentence end committed at once",
-           {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_BFLOAT16}),
+           {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_WHOLE_WINDOW, **_BFLOAT16}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
            {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement, "

@@ -92,6 +92,12 @@ class StreamOptions:
         vad_threshold: Silero's speech probability threshold.
         vad_pause_ms: the silence that ends a segment.
         context_reset_s: the pause after which earlier text no longer conditions the decoder (with ``vad``).
+        reencode_s: each decode re-encodes only the last ``reencode_s`` seconds of the audio read (and its window's
+            new silence): while the buffer's audio before them is unchanged (no trim), the older positions keep the
+            keys and values, at every encoder layer, that an earlier decode's encoding gave them
+            (:meth:`WhisperModel.encode <simulst.models.whisper.WhisperModel.encode>`). Whisper's encoder attends
+            both ways, so this approximates the whole window's encoding, for a fraction of the encoder's work.
+            None: every decode encodes its whole window.
         normalize_peak: the audio of each decode is amplified so that its loudest sample reaches this level (full
             scale 1.0; never attenuated, at most +40 dB): Whisper misreads recordings far quieter than its
             training audio (:mod:`simulst.audio.level`). None: the audio as it is.
@@ -155,12 +161,19 @@ class StreamOptions:
     context_reset_s: float = field(default=5.0, metadata=flag(
         "--context-reset-s", "with --vad: a pause this long resets the previous-text context", group=LONG_FORM,
         metavar="S"))
+    reencode_s: float | None = field(default=None, metadata=flag(
+        "--reencode-s", "re-encode only the last S seconds of the audio read at each decode (and the window's new "
+        "silence); the older positions keep their encoder keys and values from earlier decodes: an approximation "
+        "(Whisper's encoder attends both ways) for less encoder work (docs/presets.md); none: the whole window",
+        group=ONLINE, metavar="S|none", parse=optional_float))
     normalize_peak: float | None = field(default=0.3, metadata=flag(
         "--normalize-peak", "amplify quiet audio so that its loudest sample reaches P of full scale before the "
         "model hears it (never attenuated, at most +40 dB; none: off)", group=ONLINE, metavar="P|none",
         parse=optional_float))
 
     def __post_init__(self) -> None:
+        if self.reencode_s is not None and not self.reencode_s > 0:
+            raise OptionError(f"the audio re-encoded must be > 0 s (or none), got {self.reencode_s}")
         if self.normalize_peak is not None and not 0.0 < self.normalize_peak <= 1.0:
             raise OptionError(f"the normalisation peak is a level in (0, 1], got {self.normalize_peak}")
         if isinstance(self.early_logprob_threshold, str) and self.early_logprob_threshold != "auto":

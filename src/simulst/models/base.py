@@ -17,7 +17,7 @@ Decoding protocol (one chunk)::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -55,6 +55,8 @@ class Encoded:
         ctc_log_probs: optional (T', V_ctc) CTC log-posteriors of a CTC head on this encoding.
         extra: adapter-specific data (e.g. precomputed cross-attention keys/values).
         ctc_labels: the label set of ``ctc_log_probs`` (set together with it).
+        memory: adapter-specific data the stream's next encoding may reuse (:meth:`SpeechModel.encode`'s
+            ``previous``; None: nothing).
     """
 
     frames: torch.Tensor
@@ -62,6 +64,7 @@ class Encoded:
     ctc_log_probs: torch.Tensor | None = None
     extra: Any = None
     ctc_labels: CtcLabels | None = None
+    memory: Any = field(default=None, repr=False, compare=False)
 
 
 class Tokenizer(Protocol):
@@ -245,6 +248,10 @@ class SpeechModel(DecoderModel, Protocol):
     sample_rate: int
     max_source_samples: int  # longest source the encoder accepts
 
-    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
-        """Encode mono float32 audio at ``sample_rate`` (the whole source read so far)."""
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
+        """Encode mono float32 audio at ``sample_rate`` (the whole source read so far). ``previous``: the stream's
+        last encoding; ``reencode_s``: compute only that many seconds of recent audio where ``previous`` allows,
+        reusing the rest of it (its ``memory``; :attr:`~simulst.config.StreamOptions.reencode_s`; a model that
+        cannot ignores both)."""
         ...

@@ -34,10 +34,11 @@ from simulst.models.device import precision_on, torch_device
 from simulst.models.mel import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from simulst.models.timing import RowTrace, Traced, token_start_frames
 from simulst.models.tokenizer import BpeTokenizer
-from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet, head_scores_of
+from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet, head_scores_of, placed
 from simulst.types import Costs
 
 MULTILINGUAL_VOCAB = 51865  # a multilingual Whisper's vocabulary size (English-only checkpoints have 51864)
+REUSE_MIN_FRAMES = 50  # an encoding reuses the earlier one's positions only if at least this many (1 s) stay
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,18 @@ class WhisperState:
     length: int
     alignment: torch.Tensor | None = None
     trace: RowTrace | None = None
+
+
+@dataclass(frozen=True)
+class _EncoderMemory:
+    """What an encoding keeps for the stream's next one to reuse (:meth:`WhisperModel._encode_reusing`): the audio
+    encoded, the (1, T, D) states, every encoder layer's self-attention keys/values and the decoder's cross-attention
+    keys/values, each (1, H, T, D/H)."""
+
+    audio: np.ndarray
+    frames: torch.Tensor
+    layers: list[KV]
+    cross: list[KV]
 
 
 class WhisperModel:
@@ -247,19 +260,32 @@ class WhisperModel:
         return logits[0, -1]
 
     # ----------------------------------------------------------------------------------- encoder
-    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
-        """Encode mono 16 kHz float32 ``audio`` (the whole source read so far)."""
-        return self.encode_many([audio], [costs])[0]
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
+        """Encode mono 16 kHz float32 ``audio`` (the whole source read so far). With ``reencode_s`` (seconds) and
+        ``previous`` (the stream's last encoding), only the recent audio is computed where it can be
+        (:meth:`_encode_reusing`); the encoding then keeps what the next one reuses."""
+        return self.encode_many([audio], [costs], [previous], [reencode_s])[0]
 
-    def encode_many(self, audios: Sequence[np.ndarray], costs: Sequence[Costs]) -> list[Encoded]:
-        """:meth:`encode` of several streams' audio; the audios whose windows have the same number of frames
-        (every one with the ``full`` window) go through ONE batched encoder call, counted on the first of their
-        ``costs`` (each stream counts its own frames). Equal to separate calls up to float rounding."""
-        if len(audios) != len(costs):
-            raise ValueError(f"encode_many needs one Costs per audio, got {len(audios)} and {len(costs)}")
-        windows = [self.window_frames(int(audio.shape[0])) for audio in audios]
-        out: list[Encoded | None] = [None] * len(audios)
-        for n_frames in dict.fromkeys(windows):
+    def encode_many(self, audios: Sequence[np.ndarray], costs: Sequence[Costs],
+                    previous: Sequence[Encoded | None] | None = None,
+                    reencode_s: Sequence[float | None] | None = None) -> list[Encoded]:
+        """:meth:`encode` of several streams' audio (``previous``, ``reencode_s``: each stream's, or None); the
+        audios whose windows have the same number of frames (every one with the ``full`` window) go through ONE
+        batched encoder call, counted on the first of their ``costs`` (each stream counts its own frames). Equal to
+        separate calls up to float rounding. A stream with ``reencode_s`` is encoded alone."""
+        n = len(audios)
+        previous = list(previous) if previous is not None else [None] * n
+        reencode_s = list(reencode_s) if reencode_s is not None else [None] * n
+        if not len(costs) == len(previous) == len(reencode_s) == n:
+            raise ValueError(f"encode_many needs one Costs (previous encoding, reencode_s) per audio, got {n} audios, "
+                             f"{len(costs)} costs, {len(previous)} previous, {len(reencode_s)} reencode_s")
+        out: list[Encoded | None] = [None] * n
+        for i, seconds in enumerate(reencode_s):
+            if seconds is not None:
+                out[i] = self._encode_reusing(audios[i], costs[i], previous[i], round(seconds * SAMPLE_RATE))
+        windows = [self.window_frames(int(audio.shape[0])) if out[i] is None else -1 for i, audio in enumerate(audios)]
+        for n_frames in dict.fromkeys(w for w in windows if w >= 0):
             members = [i for i, w in enumerate(windows) if w == n_frames]
             with torch.inference_mode():
                 mels = torch.stack([
@@ -275,6 +301,48 @@ class WhisperModel:
                 own = [(k[row : row + 1], v[row : row + 1]) for k, v in cross]
                 out[i] = self._encoded(frames[row : row + 1], int(audios[i].shape[0]), own)
         return [enc for enc in out if enc is not None]
+
+    def _encode_reusing(self, audio: np.ndarray, costs: Costs, previous: Encoded | None, recent: int) -> Encoded:
+        """:meth:`encode` that re-encodes only the ``recent`` samples (``reencode_s``) where it can.
+
+        Where ``previous`` (the stream's last encoding) encoded a beginning of ``audio`` (the same samples: no trim,
+        no new level), the positions of its audio older than ``recent`` samples before its end, and those of its
+        trailing silence still silence now, keep their keys and values at every encoder layer, and their states,
+        as ``previous`` holds them (:meth:`Encoder.forward_at`); only the rest, the recent and the new audio and the
+        window's new silence, are computed, attending to them. Elsewhere (a first encoding, a trimmed buffer,
+        fewer than ``REUSE_MIN_FRAMES`` to keep) the whole window is encoded. The encoding keeps what the next one
+        reuses (:attr:`Encoded.memory`); ``costs`` counts the frames computed."""
+        n_frames = self.window_frames(int(audio.shape[0]))
+        total = n_frames // 2
+        last = previous.memory if previous is not None and isinstance(previous.memory, _EncoderMemory) else None
+        at = None if last is None else self._reencoded(audio, total, last, recent)
+        encoder, decoder = self.net.model.encoder, self.net.model.decoder
+        with torch.inference_mode():
+            mel = log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
+                                      self.dims.num_mel_bins, n_frames)[None]
+            states, layers = encoder.forward_at(mel.to(self.device), at, None if last is None else last.layers)
+            cross = decoder.cross_kv(states)
+            if at is not None and last is not None:
+                states = placed(last.frames, states, at, total, dim=1)
+                cross = [(placed(k0, k, at, total), placed(v0, v, at, total))
+                         for (k0, v0), (k, v) in zip(last.cross, cross, strict=True)]
+        costs.encoder_calls += 1
+        costs.encoder_frames += n_frames if at is None else 2 * int(at.numel())
+        enc = self._encoded(states, int(audio.shape[0]), cross)
+        return dataclasses.replace(enc, memory=_EncoderMemory(audio.copy(), states, layers, cross))
+
+    def _reencoded(self, audio: np.ndarray, total: int, last: _EncoderMemory, recent: int) -> torch.Tensor | None:
+        """The positions of a window of ``total`` over ``audio`` to compute after the encoding ``last``, the
+        ``recent`` samples re-encoded (:meth:`_encode_reusing`); None: all of them."""
+        before = last.audio.shape[0]
+        if before > audio.shape[0] or last.frames.shape[1] > total or not np.array_equal(last.audio, audio[:before]):
+            return None
+        keep = (before - recent) // self.frame_samples
+        if keep < REUSE_MIN_FRAMES:
+            return None
+        reach = min(total, -(-int(audio.shape[0]) // self.frame_samples) + 2)  # (+2: the mel's and convolutions' edge)
+        positions = torch.cat([torch.arange(keep, reach), torch.arange(max(reach, last.frames.shape[1]), total)])
+        return positions.to(self.device)
 
     def window_frames(self, samples: int, window: str | None = None) -> int:
         """Mel frames of the encoder window (``window``: ``full`` or ``audio``; None: the model's) for ``samples``

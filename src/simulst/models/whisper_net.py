@@ -185,10 +185,31 @@ class EncoderLayer(nn.Module):
         self.final_layer_norm = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_kv(x)[0]
+
+    def forward_kv(self, x: torch.Tensor, past: KV | None = None, at: torch.Tensor | None = None,
+                   total: int = 0) -> tuple[torch.Tensor, KV]:
+        """The layer over ``x`` (B, L, D) and its self-attention keys/values. With ``past`` (each (1, H, T', D/H)),
+        ``x`` holds only the positions ``at`` of ``total`` (ascending; every position from T' on among them): they
+        attend to all ``total`` keys/values, those of the other positions taken from ``past``."""
         h = self.self_attn_layer_norm(x)
         q, kv = self.self_attn.project_qkv(h)
+        if past is not None and at is not None:
+            kv = (placed(past[0], kv[0], at, total), placed(past[1], kv[1], at, total))
         x = x + self.self_attn.attend(h, kv, causal=False, q=q)
-        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x)))), kv
+
+
+def placed(past: torch.Tensor, new: torch.Tensor, at: torch.Tensor, total: int, dim: int = 2) -> torch.Tensor:
+    """``past`` (its size ``T'`` along ``dim``) extended to ``total`` positions along ``dim``, with the rows of ``new``
+    written at the positions ``at``; a new tensor (``past`` is not changed). The positions from T' on that ``at``
+    does not name are zeros."""
+    shape = list(past.shape)
+    shape[dim] = total
+    out = past.new_zeros(shape)
+    out.narrow(dim, 0, past.shape[dim]).copy_(past)
+    out.index_copy_(dim, at, new)
+    return out
 
 
 class DecoderLayer(nn.Module):
@@ -252,6 +273,29 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.layer_norm(x)
+
+    def forward_at(self, mel: torch.Tensor, at: torch.Tensor | None = None,
+                   past: Sequence[KV] | None = None) -> tuple[torch.Tensor, list[KV]]:
+        """The states of the positions ``at`` (ascending; None: all, as :meth:`forward`) of the (1, n_mels, 2T) log-mel
+        ``mel``, and every layer's self-attention keys/values (each (1, H, T, D/H)): ``(1, len(at), D)``.
+
+        Only those positions are computed: at every layer they attend to the keys/values of the others as ``past``
+        (each layer's, (1, H, T', D/H), of an earlier call; every position from T' on must be in ``at``) holds them.
+        Why: Whisper's encoder attends both ways, so new audio changes every position's state; a stream that
+        re-encodes only its recent audio (:attr:`~simulst.config.StreamOptions.reencode_s`) keeps the older positions'
+        keys/values as they were when last computed, an approximation, for a fraction of the encoder's work."""
+        x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
+        total = x.shape[1]
+        if at is None or past is None:
+            at, past = None, None
+            x = x + self.embed_positions.weight[:total]
+        else:
+            x = x[:, at] + self.embed_positions.weight[at]
+        kvs = []
+        for i, layer in enumerate(self.layers):
+            x, kv = cast(EncoderLayer, layer).forward_kv(x, None if past is None else past[i], at, total)
+            kvs.append(kv)
+        return self.layer_norm(x), kvs
 
 
 class Decoder(nn.Module):

@@ -304,7 +304,7 @@ class Batcher:
 
     def _encode_batch(self, calls: list[_Call]) -> list[Encoded]:
         self.stats.count("encode", len(calls))
-        return self.model.encode_many([c.args[0] for c in calls], [c.args[1] for c in calls])
+        return self.model.encode_many(*(list(column) for column in zip(*(c.args for c in calls), strict=True)))
 
     def _judge_batch(self, calls: list[_Call]) -> list[float]:
         self.stats.count("judge", len(calls))
@@ -344,9 +344,10 @@ class _BatchedWhisper(WhisperModel):
 
     batcher: Batcher
 
-    def encode(self, audio: np.ndarray, costs: Costs) -> Encoded:
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
         """Encoded in the batcher's next encoder batch."""
-        result: Encoded = self.batcher.call("encode", audio, costs)
+        result: Encoded = self.batcher.call("encode", audio, costs, previous, reencode_s)
         return result
 
     def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:

@@ -1,9 +1,10 @@
 """One decode of a stream's buffer: why it happens, the search that produces its hypotheses, and where their
 tokens were spoken.
 
-Every decode encodes the audio read (level-normalised), force-decodes the committed tokens of the buffer in one
-parallel pass and lets the searcher continue them (2022 paper §3). Its :class:`DecodeReason` says what may be
-committed from it and which guards apply.
+Every decode encodes the audio read (level-normalised; with ``reencode_s`` only its recent part, the rest kept
+from the last encoding), force-decodes the committed tokens of the buffer in one parallel pass and lets the
+searcher continue them (2022 paper §3). Its :class:`DecodeReason` says what may be committed from it and which
+guards apply.
 
 **Token timing.** Where each token of the best hypothesis starts in the buffer comes from DTW over the alignment
 heads' cross-attention rows that the search recorded as it decoded (:class:`~simulst.models.base.TracingDecoder`,
@@ -127,6 +128,7 @@ class ChunkDecoder:
         self.guards, self.prompt, self.output, self.costs = guards, prompt, output, costs
         self.search = SearchState()
         self.last = NOTHING
+        self.encoded: Encoded | None = None  # with reencode_s: the last encoding, part of which the next reuses
 
     def restart(self) -> None:
         """The buffer was trimmed: the searches start afresh."""
@@ -238,7 +240,9 @@ class ChunkDecoder:
                 block_loops: bool = False, next_tokens: tuple[int, ...] | None = None) -> Decoded:
         committed, costs = self.output.committed, self.costs
         if enc is None:
-            enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs)
+            enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs, self.encoded,
+                                    self.options.reencode_s)
+            self.encoded = enc if self.options.reencode_s is not None else None
         base, guarded = self.buffer.base, reason.judges_speech(trimmed=self.buffer.offset > 0)
         # a searcher that judges the speech in its forced pass needs no pass of its own (once the prompt is
         # pinned: a multilingual model detects the language only in audio judged to hold speech)
