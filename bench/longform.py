@@ -197,7 +197,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "c1200": ("balanced", {"chunk_ms": 1200.0}, {}),  # (translation: balanced over 1.2 s chunks)
     # transcription: a held sentence end stays a punctuation mark in the next decodes (which one stays open)
     "punct-held": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 16.0}, {}),  # (over balanced to 12-02)
-    "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0}, {}),  # (balanced since 12-02)
+    "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0, "reencode_s": None},
+                      {}),  # (the balanced preset 2026-12-02 03:00-13:00)
     # translation: a held sentence end (--hold-sentence-end) kept a punctuation mark in the next decodes
     "hold-punct": ("balanced", {"hold_sentence_end": True, "punctuate_held_end": True}, {}),
     # each chunk re-encodes only its last 2 s of audio (and the window's new silence): --reencode-s 2

@@ -65,7 +65,9 @@ def test_default_is_the_tasks_balanced_preset_and_a_config_changes_only_what_it_
     assert config_options("en", "c500") == config_options("en", "default")  # (the preset, as measured)
     _, buffer_24 = config_options("en", "buffer-24")  # (measured alone on 2026-12-01)
     assert buffer_24 == dataclasses.replace(en, punctuate_held_end=False)
-    assert config_options("en", "punct-held-24") == config_options("en", "default")  # (the preset since 2026-12-02)
+    assert config_options("en", "reencode-2") == config_options("en", "default")  # (the preset since 2026-12-02 13:00)
+    _, punct_held_24 = config_options("en", "punct-held-24")  # (the preset 2026-12-02 03:00-13:00)
+    assert punct_held_24 == dataclasses.replace(en, reencode_s=None)
     _, sixteen = config_options("en", "segment-10")  # (the balanced preset's cuts before 2026-12-02)
     assert sixteen == dataclasses.replace(en, max_buffer_s=16.0)
     _, cuts = config_options("en", "buffer-8")  # (the bare option defaults' cuts: the default before)
@@ -77,7 +79,9 @@ def test_default_is_the_tasks_balanced_preset_and_a_config_changes_only_what_it_
     assert vad == dataclasses.replace(de, vad=True)
     _, accurate = config_options("en", "accurate")
     assert (accurate.chunk_ms, accurate.max_buffer_s, accurate.policy) == (1000.0, 16.0, PolicyOptions("la", 2))
-    assert config_options("en", "c1000-la-2") == config_options("en", "accurate")  # (the preset, as measured)
+    # (the preset, as measured: over the balanced preset of then, before it re-encoded 2 s)
+    model, c1000 = config_options("en", "c1000-la-2")
+    assert (model, dataclasses.replace(c1000, reencode_s=None)) == config_options("en", "accurate")
 
 
 def test_every_sentence_output_is_written_on_one_line(tmp_path: Path) -> None:

@@ -170,7 +170,9 @@ def test_cascade_latency_on_the_audio_timeline() -> None:
         ToySpeechModel(), ScriptedMT(), StreamOptions(chunk_ms=1000, policy=PolicyOptions.parse("la-2")), mt("hold-0")
     )
     out = push_in_pieces(cascade, tone(5000), 1000)
-    asr = {e.source_ms: e for e in cascade.source_emissions}
+    asr: dict[float, Emission] = {}  # (the first ASR emission at each audio time: a chunk's, not a final after it)
+    for e in cascade.source_emissions:
+        asr.setdefault(e.source_ms, e)
     assert cascade.source_text == "the cat sat on the mat"
     assert cascade.text == "el gato se sentó en la estera ."  # hold-0 showed "el gato" before "sat" was heard
     assert [e.source_ms for e in out] == [2000.0, 3000.0, 4000.0, 5000.0, 5000.0]

@@ -1,4 +1,4 @@
-"""Re-encoding only the recent audio (``ModelOptions.reencode_s``): which positions are computed, what the others
+"""Re-encoding only the recent audio (``StreamOptions.reencode_s``): which positions are computed, what the others
 keep, and that a stream with it still transcribes real speech."""
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class FaultyService(Service):
         session = opened.stream
         model = session.model  # type: ignore[attr-defined]
 
-        def encode(audio: np.ndarray, costs: Any) -> Any:
+        def encode(audio: np.ndarray, costs: Any, *rest: Any) -> Any:
             raise RuntimeError("injected model failure")
 
         failing = _FailingView(model, encode)
