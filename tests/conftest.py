@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from simulst.audio.io import load_audio
 from tests.shared_assets import JFK
@@ -18,6 +19,15 @@ from tests.shared_assets import JFK
 def jfk() -> np.ndarray:
     """The shared jfk.wav (11 s, 16 kHz), loaded once per test module (a module may not see another's edits)."""
     return load_audio(JFK)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for a test (as the golden tests): fast on a shared machine, and a fixed reduction order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ forced prefixes) and in hypothesis count B; the batched step pads and masks them
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -25,15 +25,6 @@ from tests.toy import ENGLISH_VOCAB, make_checkpoint
 pytestmark = [needs_shared, pytest.mark.usefixtures("one_thread")]
 
 ATOL = 1e-5
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """One intra-op thread (as the golden tests): fast on a shared machine, and a fixed reduction order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

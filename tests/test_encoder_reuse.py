@@ -4,7 +4,6 @@ keep, and that a stream with it still transcribes real speech."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +27,6 @@ from tests.toy import ENGLISH_VOCAB, make_checkpoint
 RECENT = 32000  # 2 s
 
 pytestmark = [needs_shared, pytest.mark.usefixtures("one_thread")]
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
