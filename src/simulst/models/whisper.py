@@ -288,11 +288,7 @@ class WhisperModel:
         for n_frames in dict.fromkeys(w for w in windows if w >= 0):
             members = [i for i, w in enumerate(windows) if w == n_frames]
             with torch.inference_mode():
-                mels = torch.stack([
-                    log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audios[i], dtype=np.float32)),
-                                        self.dims.num_mel_bins, n_frames)
-                    for i in members
-                ])
+                mels = torch.stack([self._log_mel(audios[i], n_frames) for i in members])
                 frames = self.net.model.encoder(mels.to(self.device))
                 cross = self.net.model.decoder.cross_kv(frames)
             costs[members[0]].encoder_calls += 1
@@ -318,9 +314,8 @@ class WhisperModel:
         at = None if last is None else self._reencoded(audio, total, last, recent)
         encoder, decoder = self.net.model.encoder, self.net.model.decoder
         with torch.inference_mode():
-            mel = log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
-                                      self.dims.num_mel_bins, n_frames)[None]
-            states, layers = encoder.forward_at(mel.to(self.device), at, None if last is None else last.layers)
+            mel = self._log_mel(audio, n_frames)[None].to(self.device)
+            states, layers = encoder.forward_at(mel, at, None if last is None else last.layers)
             cross = decoder.cross_kv(states)
             if at is not None and last is not None:
                 states = placed(last.frames, states, at, total, dim=1)
@@ -343,6 +338,11 @@ class WhisperModel:
         reach = min(total, -(-int(audio.shape[0]) // self.frame_samples) + 2)  # (+2: the mel's and convolutions' edge)
         positions = torch.cat([torch.arange(keep, reach), torch.arange(max(reach, last.frames.shape[1]), total)])
         return positions.to(self.device)
+
+    def _log_mel(self, audio: np.ndarray, n_frames: int) -> torch.Tensor:
+        """The (n_mels, ``n_frames``) log-mel of mono float32 ``audio`` (the encoder window's)."""
+        return log_mel_spectrogram(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)),
+                                   self.dims.num_mel_bins, n_frames)
 
     def window_frames(self, samples: int, window: str | None = None) -> int:
         """Mel frames of the encoder window (``window``: ``full`` or ``audio``; None: the model's) for ``samples``

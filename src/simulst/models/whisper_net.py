@@ -268,16 +268,13 @@ class Encoder(nn.Module):
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """(B, n_mels, 2T) log-mel -> (B, T, D); T may be shorter than max_source_positions."""
-        x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
-        x = x + self.embed_positions.weight[: x.shape[1]]
-        for layer in self.layers:
-            x = layer(x)
-        return self.layer_norm(x)
+        return self.forward_at(mel)[0]
 
     def forward_at(self, mel: torch.Tensor, at: torch.Tensor | None = None,
                    past: Sequence[KV] | None = None) -> tuple[torch.Tensor, list[KV]]:
-        """The states of the positions ``at`` (ascending; None: all, as :meth:`forward`) of the (1, n_mels, 2T) log-mel
-        ``mel``, and every layer's self-attention keys/values (each (1, H, T, D/H)): ``(1, len(at), D)``.
+        """The states of the positions ``at`` (ascending; None: all, of every row, as :meth:`forward`) of the (B,
+        n_mels, 2T) log-mel ``mel`` (B = 1 with ``at``), and every layer's self-attention keys/values (each (B, H, T,
+        D/H)): ``(B, len(at), D)``.
 
         Only those positions are computed: at every layer they attend to the keys/values of the others as ``past``
         (each layer's, (1, H, T', D/H), of an earlier call; every position from T' on must be in ``at``) holds them.
