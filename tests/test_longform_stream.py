@@ -338,7 +338,10 @@ def test_the_sentence_context_carries_only_the_sentence_a_trim_cut_through() -> 
 
 class ScriptedVoice:
     """A stand-in for :class:`~simulst.audio.vad.VoiceActivity`: speech throughout, except pauses (start, end)
-    in source samples; each pause's end of speech is reported once the pause has been heard, as Silero's is."""
+    in source samples; each pause's end of speech is reported once the pause has been heard, as Silero's is, at
+    the end of the window of 512 samples that completes it."""
+
+    window = 512
 
     def __init__(self, pauses: Sequence[tuple[int, int]]) -> None:
         self.read, self.speaking = 0, True
@@ -347,8 +350,9 @@ class ScriptedVoice:
 
     def feed(self, audio: np.ndarray) -> list[VoiceEvent]:
         self.read += audio.shape[0]
-        events = [event for at, event in self.script if at <= self.read]
-        self.script = [(at, event) for at, event in self.script if at > self.read]
+        heard = self.read // self.window * self.window
+        events = [event for at, event in self.script if at <= heard]
+        self.script = [(at, event) for at, event in self.script if at > heard]
         if events:
             self.speaking = events[-1].kind == "start"
         return events
@@ -392,6 +396,47 @@ def test_the_offline_policy_decodes_each_vad_segment_once_when_it_ends() -> None
     assert session.costs.extra == {"vad_segments": 2, "trims": 2}
     assert session.text.count("the cat sat on the mat") == 3
     assert len(model.prompts) == 3  # (one search per segment)
+
+
+@settings(max_examples=30, deadline=None)
+@given(pieces=st.lists(st.integers(1, 3000), min_size=1, max_size=30),
+       policy=st.sampled_from(["la-2", "hold-1", "ba-2", "offline"]),
+       wait_ms=st.sampled_from([1000.0, 1333.0, 1700.0]))
+def test_with_a_vad_the_output_does_not_depend_on_how_the_audio_is_pushed(
+    pieces: list[int], policy: str, wait_ms: float
+) -> None:
+    # Two pauses (the toy's 1 kHz samples): one a segment end, one long enough to reset the context; after each
+    # the silence is dropped. The output, times included, is the same pushed in any pieces as a chunk at a time
+    # (as the benchmarks push); the VAD's windows (512 samples) and the decodes (at 1333, 2333, ... with that
+    # wait) fall inside the pieces. Before: the silence was dropped after each push, so the buffer's start, and
+    # what later decodes read, moved with the push sizes, and a pause heard after a chunk boundary in the same
+    # push was taken before that boundary's decode
+    audio = _speech(24)
+
+    def stream(sizes: Sequence[int]) -> list[tuple[str, float]]:
+        options = StreamOptions(chunk_ms=1000, segment_s=10, max_buffer_s=16, initial_wait_ms=wait_ms,
+                                policy=PolicyOptions.parse(policy))
+        session = Session(TimedToy(), options)
+        session.segmenter = VadSegmenter(ScriptedVoice([(5200, 8100), (12300, 19400)]), 1000, 6 * 1000)
+        session.segmenter.speech_in_buffer = True
+        _check_stream(session, audio, sizes)
+        assert session.costs.extra["vad_segments"] == 2 and session.costs.extra["context_resets"] == 1
+        return [(e.text, e.source_ms) for e in session.emissions]
+
+    sizes = [*pieces, audio.shape[0]]  # (the rest of the audio in one push)
+    assert stream(sizes) == stream([1000] * 24)
+
+
+def test_with_a_vad_catch_up_still_decodes_once_per_push() -> None:
+    # (the stream reads a push VAD window by window, but a catch-up stream decodes only at its last boundary)
+    model = ToySpeechModel()
+    session = Session(model, StreamOptions(chunk_ms=500, policy=PolicyOptions.parse("la-1")), catch_up=True)
+    session.segmenter = VadSegmenter(ScriptedVoice([]), 1000, 6 * 1000)
+    session.segmenter.speech_in_buffer = True
+    session.push(_speech(2.3))
+    assert model.encodes == [2000]
+    session.push(_speech(0.2))
+    assert model.encodes == [2000, 2500]
 
 
 @settings(max_examples=40, deadline=None)
@@ -683,6 +728,27 @@ def test_vad_skips_silence_and_commits_at_pauses() -> None:
     chunks = audio.shape[0] // session.chunk_samples
     chunk_decodes = session.costs.encoder_calls - session.costs.extra["vad_segments"] - 1  # - segment ends, final
     assert chunk_decodes <= chunks - 8  # the silence (8 s first, 1 s pauses) is not decoded (21 of 32 seen)
+
+
+@pytest.mark.real
+@needs_shared
+def test_a_vad_stream_writes_the_same_pushed_as_a_live_client_pushes() -> None:
+    pytest.importorskip("silero_vad")
+    from simulst.models.loading import load_model
+
+    # 3 s of silence, then jfk: pushed a chunk at a time (as the benchmarks and `simulst transcribe` push) and in
+    # 100 ms pieces (as the live clients do), the emissions are the same, times included. The VAD's silence used
+    # to be dropped after each push, so the two read the speech from buffers that began 0.1-0.5 s apart; with
+    # --reencode-s 2 (the transcribe balanced preset's) that changed a word of a server's soak test
+    model = load_model("whisper-tiny.en")
+    audio = np.concatenate([np.zeros(3 * 16000, dtype=np.float32), load_audio(JFK)])
+    options = StreamOptions(vad=True, chunk_ms=500, reencode_s=2.0)
+    pushed = Session(model, options)
+    _check_stream(pushed, audio, [1600] * (audio.shape[0] // 1600 + 1))
+    alone = Session(model, options)
+    feed_fast(alone, audio)
+    assert [(e.text, e.source_ms) for e in pushed.emissions] == [(e.text, e.source_ms) for e in alone.emissions]
+    assert JFK_PHRASE.search(normalize_for_wer(alone.text))
 
 
 @pytest.mark.real

@@ -58,12 +58,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CHUNK_MS = 3000  # the clients' chunk: a stream's output is its output alone unless a decode starts a chunk late
 GOOD_AT_ONCE = 3
 RATE = 16000
-# (--reencode-s none: the VAD drops a stream's leading silence per push, so the audio decoded depends on how it was
-# cut into pushes, which a busy server's lag changes; with the whole window each clip's text came out the same
-# anyway, with the preset's re-encoding of the last 2 s one clip's did not ("nows" for "nouns"), so "equal to its
-# output alone" is checked on the whole-window encoding; issue 37's note of 2026-12-02)
-SERVE_FLAGS = ["--max-upload-mb", "4", "--max-per-client", "4", "--start-timeout-s", "3", "--max-speed", "2",
-               "--reencode-s", "none"]
+# (the server's preset, re-encoding the last 2 s included: a clip's text is its text alone whatever the server's lag
+# does to how its audio is cut into pushes, as long as no decode starts a chunk late; until 2026-12-02 the VAD
+# dropped silence per push, and with the re-encoding one clip read "nows" for "nouns" under load)
+SERVE_FLAGS = ["--max-upload-mb", "4", "--max-per-client", "4", "--start-timeout-s", "3", "--max-speed", "2"]
 NORMAL_CLOSURE, POLICY_VIOLATION, TRY_AGAIN_LATER = 1000, 1008, 1013
 MB = 1 << 20
 

@@ -303,6 +303,8 @@ def test_an_initial_prompt_goes_first_and_the_context_fills_what_is_left_of_the_
 class Detector:
     """Scripted voice activity: the events each call reports."""
 
+    window = 512
+
     def __init__(self, script: list[list[VoiceEvent]]) -> None:
         self.script, self.speaking = script, False
 

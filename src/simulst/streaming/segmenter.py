@@ -33,6 +33,11 @@ class VoiceDetector(Protocol):
     """What the segmenter needs of a voice activity detector (:class:`~simulst.audio.vad.VoiceActivity`)."""
 
     @property
+    def window(self) -> int:
+        """Samples per step: the detector hears the stream in whole windows of this many samples."""
+        ...
+
+    @property
     def speaking(self) -> bool:
         """True while speech goes on (no pause heard since it started)."""
         ...

@@ -134,23 +134,43 @@ class Session(OutputView):
         return self.buffer.read
 
     def push(self, audio: np.ndarray) -> list[Emission]:
-        """Read more source samples (mono, ``model.sample_rate``); decode every chunk boundary reached."""
+        """Read more source samples (mono, ``model.sample_rate``); decode every chunk boundary reached.
+
+        Without ``catch_up`` what a stream emits does not depend on how its audio is cut into pushes: the samples
+        are read in the order of the source, each chunk boundary decoded once the audio before it is read and
+        before any after it, each VAD window's speech start or pause taken when that window is read, and the VAD's
+        silence dropped only at whole chunks of the stream (:meth:`_follow_voice`). With ``catch_up`` only the
+        decodes depend on the cut: one per push, at its last chunk boundary."""
         if self.state.finished:
             raise AudioError("this stream has finished; start a new Session for new audio")
         check_audio(audio)
         audio = np.asarray(audio, dtype=np.float32)
         out: list[Emission] = []
-        pos = 0
-        while pos < audio.shape[0]:
+        pos, end = 0, audio.shape[0]
+        while pos < end:
             if self.buffer.room <= 0:
                 out += self._empty_buffer()
-            piece = audio[pos : pos + self.buffer.room]
+            piece = audio[pos : pos + min(self.buffer.room, self._to_next_stop())]
             pos += piece.shape[0]
             self.buffer.append(piece)
             if self.segmenter is not None:
                 out += self._follow_voice(piece)
-            out += self._decode_due()
+            if not self.catch_up or pos == end or self.buffer.room <= 0:
+                out += self._decode_due()
         return out
+
+    def _to_next_stop(self) -> int:
+        """Samples to read before the stream next acts on what it read: the end of the VAD's window (where it
+        may hear a pause or speech) and of the stream's chunk (where the VAD's silence may be dropped), and,
+        without ``catch_up``, the next chunk boundary to decode."""
+        read = self.buffer.read
+        stop = self.chunk_samples - read % self.chunk_samples
+        if self.segmenter is not None:
+            window = self.segmenter.detector.window
+            stop = min(stop, window - read % window)
+        if not self.catch_up and self.policy.commits_early and self.state.next_decode > read:
+            stop = min(stop, self.state.next_decode - read)
+        return stop
 
     def finish(self) -> list[Emission]:
         """The source has ended: decode the buffer once more and commit the whole best hypothesis."""
@@ -332,7 +352,11 @@ class Session(OutputView):
 
     def _follow_voice(self, piece: np.ndarray) -> list[Emission]:
         """VAD: a long pause restarts the context; a pause commits the segment before it; silence with no speech
-        in the buffer is dropped."""
+        in the buffer is dropped at the end of each whole chunk of the stream (``chunk_ms`` since it began), all
+        but its last 0.5 s.
+
+        Why at whole chunks: where the buffer starts decides what every later decode reads; dropped after each
+        push, it moved with the push sizes (a server's late job pushes more at once), and so did the text."""
         assert self.segmenter is not None
         out: list[Emission] = []
         for event in self.segmenter.hear(piece, self.state.costs):
@@ -341,6 +365,8 @@ class Session(OutputView):
                 self.state.costs.count("context_resets")
             else:
                 out += self._end_segment(event.sample)
+        if self.buffer.read % self.chunk_samples:
+            return out  # (silence is dropped at whole chunks of the stream only, however its audio was pushed)
         silence = self.segmenter.silence_to_drop(self.buffer.samples)
         if silence:
             self._drop(silence, len(self.state.output.committed), count=False)
