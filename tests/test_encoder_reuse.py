@@ -17,7 +17,7 @@ from simulst.errors import OptionError
 from simulst.models.loading import load_model
 from simulst.models.mel import log_mel_spectrogram
 from simulst.models.whisper import WhisperModel
-from simulst.models.whisper_net import placed
+from simulst.models.whisper_net import STEM_MIN_POSITIONS, placed
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
 from simulst.types import Costs
@@ -63,6 +63,20 @@ def test_the_encoder_at_every_position_is_the_whole_forward(checkpoint: Path) ->
         stale = [(torch.randn_like(k), torch.randn_like(v)) for k, v in layers]
         again, _ = encoder.forward_at(mel, torch.arange(total), stale)
         assert torch.allclose(again, whole, atol=1e-5)
+
+
+def test_the_convolutions_from_a_position_on_are_those_of_the_whole_window(checkpoint: Path) -> None:
+    # (a re-encoding convolves only the mel frames its first computed position reads: bit for bit the same, for
+    # at least STEM_MIN_POSITIONS positions; fewer take another kernel on oneDNN, which sums in another order)
+    model = load_model(str(checkpoint), window="audio", window_min_ms=0)
+    encoder = model.net.model.encoder
+    mel = log_mel_spectrogram(torch.from_numpy(speechlike(6.0)), 80, model.window_frames(96000))[None]
+    with torch.inference_mode():
+        whole = encoder.stem(mel)
+        total = whole.shape[1]
+        for first in (1, 2, 37, total - STEM_MIN_POSITIONS):
+            assert torch.equal(encoder.stem(mel, first), whole[:, first:])
+        assert torch.allclose(encoder.stem(mel, total - 1), whole[:, -1:], atol=1e-6)
 
 
 def test_a_grown_stream_computes_only_its_recent_audio_and_new_silence(checkpoint: Path) -> None:

@@ -27,6 +27,7 @@ from torch import nn
 
 KV = tuple[torch.Tensor, torch.Tensor]
 SCREEN_TOP = 64  # tokens per row scored exactly after the int8 screen of the vocabulary (Decoder.project)
+STEM_MIN_POSITIONS = 128  # a re-encoding convolves at least this many positions (shorter: another kernel, other sums)
 
 
 @dataclass(frozen=True)
@@ -270,24 +271,39 @@ class Encoder(nn.Module):
         """(B, n_mels, 2T) log-mel -> (B, T, D); T may be shorter than max_source_positions."""
         return self.forward_at(mel)[0]
 
+    def stem(self, mel: torch.Tensor, first: int = 0) -> torch.Tensor:
+        """The convolutions' (B, T - ``first``, D) output positions from ``first`` on of the (B, n_mels, 2T)
+        log-mel ``mel``, computed from the mel frames they read only (from 2·first - 2 on): the same products as
+        those positions of the whole window's, and the same values where the CPU's convolution kernel sums them
+        alike (on oneDNN, for at least ``STEM_MIN_POSITIONS`` positions: :meth:`forward_at` computes no fewer)."""
+        if first <= 0:
+            return F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
+        # conv2's output t reads conv1's outputs 2t-1 .. 2t+1 (no padding needed from position 1 on), and those
+        # read mel frames 2t-2 .. 2t+2: conv1 over the frames from 2·first-2, its first output (padded) left out
+        h = F.gelu(self.conv1(mel[..., 2 * first - 2 :]))[..., 1:]
+        return F.gelu(F.conv1d(h, self.conv2.weight, self.conv2.bias, stride=2)).transpose(1, 2)
+
     def forward_at(self, mel: torch.Tensor, at: torch.Tensor | None = None,
                    past: Sequence[KV] | None = None) -> tuple[torch.Tensor, list[KV]]:
         """The states of the positions ``at`` (ascending; None: all, of every row, as :meth:`forward`) of the (B,
         n_mels, 2T) log-mel ``mel`` (B = 1 with ``at``), and every layer's self-attention keys/values (each (B, H, T,
         D/H)): ``(B, len(at), D)``.
 
-        Only those positions are computed: at every layer they attend to the keys/values of the others as ``past``
-        (each layer's, (1, H, T', D/H), of an earlier call; every position from T' on must be in ``at``) holds them.
+        Only those positions are computed (the convolutions too, from the first of them on, :meth:`stem`): at every
+        layer they attend to the keys/values of the others as ``past`` (each layer's, (1, H, T', D/H), of an earlier
+        call; every position from T' on must be in ``at``) holds them.
         Why: Whisper's encoder attends both ways, so new audio changes every position's state; a stream that
         re-encodes only its recent audio (:attr:`~simulst.config.StreamOptions.reencode_s`) keeps the older positions'
         keys/values as they were when last computed, an approximation, for a fraction of the encoder's work."""
-        x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
-        total = x.shape[1]
         if at is None or past is None:
             at, past = None, None
+            x = self.stem(mel)
+            total = x.shape[1]
             x = x + self.embed_positions.weight[:total]
         else:
-            x = x[:, at] + self.embed_positions.weight[at]
+            total = mel.shape[-1] // 2
+            first = max(0, min(int(at[0]), total - STEM_MIN_POSITIONS))
+            x = self.stem(mel, first)[:, at - first] + self.embed_positions.weight[at]
         kvs = []
         for i, layer in enumerate(self.layers):
             x, kv = cast(EncoderLayer, layer).forward_kv(x, None if past is None else past[i], at, total)
