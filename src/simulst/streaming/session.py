@@ -150,7 +150,8 @@ class Session(OutputView):
         while pos < end:
             if self.buffer.room <= 0:
                 out += self._empty_buffer()
-            piece = audio[pos : pos + min(self.buffer.room, self._to_next_stop())]
+            stop = self._to_next_stop()
+            piece = audio[pos : pos + (self.buffer.room if stop is None else min(self.buffer.room, stop))]
             pos += piece.shape[0]
             self.buffer.append(piece)
             if self.segmenter is not None:
@@ -159,18 +160,18 @@ class Session(OutputView):
                 out += self._decode_due()
         return out
 
-    def _to_next_stop(self) -> int:
-        """Samples to read before the stream next acts on what it read: the end of the VAD's window (where it
-        may hear a pause or speech) and of the stream's chunk (where the VAD's silence may be dropped), and,
-        without ``catch_up``, the next chunk boundary to decode."""
+    def _to_next_stop(self) -> int | None:
+        """Samples to read before the stream next acts on what it read: with a VAD, the end of its window (where
+        it may hear a pause or speech) and of the stream's chunk (where its silence may be dropped); without
+        ``catch_up``, the next chunk boundary to decode. None: nowhere (the push is read whole)."""
         read = self.buffer.read
-        stop = self.chunk_samples - read % self.chunk_samples
+        stops = []
         if self.segmenter is not None:
             window = self.segmenter.detector.window
-            stop = min(stop, window - read % window)
+            stops += [window - read % window, self.chunk_samples - read % self.chunk_samples]
         if not self.catch_up and self.policy.commits_early and self.state.next_decode > read:
-            stop = min(stop, self.state.next_decode - read)
-        return stop
+            stops.append(self.state.next_decode - read)
+        return min(stops, default=None)
 
     def finish(self) -> list[Emission]:
         """The source has ended: decode the buffer once more and commit the whole best hypothesis."""
