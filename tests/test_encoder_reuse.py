@@ -103,20 +103,39 @@ def test_a_grown_stream_computes_only_its_recent_audio_and_new_silence(checkpoin
     assert later.frames.shape[1] == 550 and torch.equal(later.frames[:, 452:525], before.frames[:, 452:525])
 
 
-def test_an_encoding_starts_whole_where_the_audio_changed_or_little_would_be_kept(checkpoint: Path) -> None:
+def test_an_encoding_starts_whole_where_the_audio_changed(checkpoint: Path) -> None:
     model = load_model(str(checkpoint), window="audio", window_min_ms=10000)
     audio = speechlike(8.0)
     first = model.encode(audio[:64000], Costs(), None, 2.0)
     assert model._reencoded(audio[:72000] * 2, 500, first.memory, RECENT) is None  # a new level: other samples
     assert model._reencoded(audio[16000:88000], 500, first.memory, RECENT) is None  # a trimmed buffer
     assert model._reencoded(audio[:60000], 500, first.memory, RECENT) is None  # less audio than before
-    short = model.encode(audio[:44800], Costs(), None, 2.0)  # 2.8 s: 0.8 s would be kept, under REUSE_MIN_FRAMES
-    assert model._reencoded(audio[:52800], 500, short.memory, RECENT) is None
     costs = Costs()
     again = model.encode(audio[16000:88000], costs, first, 2.0)
     assert costs.encoder_frames == 1000
     plain = model.encode(audio[16000:88000], Costs())  # (no reencode_s: the whole window, nothing kept)
     assert torch.equal(again.frames, plain.frames) and plain.memory is None
+
+
+def test_a_streams_first_seconds_compute_all_their_audio_and_the_silence_near_it(checkpoint: Path) -> None:
+    """Under REUSE_MIN_FRAMES (1 s) of audio to keep, every audio position and RECENT (2 s = 100 positions) of the
+    silence after it are computed; the farther silence keeps the earlier encoding's states."""
+    model = load_model(str(checkpoint), window="audio", window_min_ms=10000)
+    audio = speechlike(8.0)
+    first = model.encode(audio[:8000], Costs(), None, 2.0)  # 0.5 s: a whole 10 s window (500 positions)
+    # 1 s: ceil(16000 / 320) = 50 positions of audio, + 2 at the edge, + 100 of silence
+    assert model._reencoded(audio[:16000], 500, first.memory, RECENT).tolist() == list(range(152))
+    costs = Costs()
+    second = model.encode(audio[:16000], costs, first, 2.0)
+    assert costs.encoder_frames == 2 * 152
+    assert torch.equal(second.frames[:, 152:], first.frames[:, 152:])
+    assert not torch.equal(second.frames[:, :152], first.frames[:, :152])
+    # 3.3 s after 2.8 s: 0.8 s would be kept (40 positions, under 50): positions 0 to 165 + 2 + 100
+    short = model.encode(audio[:44800], Costs(), None, 2.0)
+    assert model._reencoded(audio[:52800], 500, short.memory, RECENT).tolist() == list(range(267))
+    # 3.5 s after 3 s: 1 s kept (50 positions): as later in a stream, the recent and new audio alone
+    after_3s = model.encode(audio[:48000], Costs(), None, 2.0)
+    assert model._reencoded(audio[:56000], 500, after_3s.memory, RECENT).tolist() == list(range(50, 177))
 
 
 def test_the_option_is_checked_and_off_by_default() -> None:

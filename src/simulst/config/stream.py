@@ -95,8 +95,10 @@ class StreamOptions:
         reencode_s: each decode re-encodes only the last ``reencode_s`` seconds of the audio read (and its window's
             new silence): while the buffer's audio before them is unchanged (no trim), the older positions keep the
             keys and values, at every encoder layer, that an earlier decode's encoding gave them
-            (:meth:`WhisperModel.encode <simulst.models.whisper.WhisperModel.encode>`). Whisper's encoder attends
-            both ways, so this approximates the whole window's encoding, for a fraction of the encoder's work.
+            (:meth:`WhisperModel.encode <simulst.models.whisper.WhisperModel.encode>`); in a stream's first seconds
+            (under 1 s of older audio) all its audio and the ``reencode_s`` seconds of silence after it are computed,
+            the farther silence kept. Whisper's encoder attends both ways, so this approximates the whole window's
+            encoding, for a fraction of the encoder's work.
             None: every decode encodes its whole window.
         normalize_peak: the audio of each decode is amplified so that its loudest sample reaches this level (full
             scale 1.0; never attenuated, at most +40 dB): Whisper misreads recordings far quieter than its

@@ -38,7 +38,7 @@ from simulst.models.whisper_net import KV, Groups, WhisperDims, WhisperNet, head
 from simulst.types import Costs
 
 MULTILINGUAL_VOCAB = 51865  # a multilingual Whisper's vocabulary size (English-only checkpoints have 51864)
-REUSE_MIN_FRAMES = 50  # an encoding reuses the earlier one's positions only if at least this many (1 s) stay
+REUSE_MIN_FRAMES = 50  # under this many (1 s) of audio positions to keep, a re-encoding also computes its near silence
 
 
 @dataclass(frozen=True)
@@ -305,9 +305,16 @@ class WhisperModel:
         no new level), the positions of its audio older than ``recent`` samples before its end, and those of its
         trailing silence still silence now, keep their keys and values at every encoder layer, and their states,
         as ``previous`` holds them (:meth:`Encoder.forward_at`); only the rest, the recent and the new audio and the
-        window's new silence, are computed, attending to them. Elsewhere (a first encoding, a trimmed buffer,
-        fewer than ``REUSE_MIN_FRAMES`` to keep) the whole window is encoded. The encoding keeps what the next one
-        reuses (:attr:`Encoded.memory`); ``costs`` counts the frames computed."""
+        window's new silence, are computed, attending to them. While fewer than ``REUSE_MIN_FRAMES`` positions of
+        audio would be kept (the stream's first seconds), every position of audio and those of the ``recent``
+        seconds of silence after it are computed, and only the farther silence is kept. Elsewhere (a first
+        encoding, a trimmed buffer) the whole window is encoded. The encoding keeps what the next one reuses
+        (:attr:`Encoded.memory`); ``costs`` counts the frames computed.
+
+        Why: the window is at least ``window_min_ms`` (10 s) long, so a stream's first encodings are mostly
+        silence, and encoding it whole each time was most of their work; the silence nearest the audio is computed
+        again while the audio is short because, kept as the first encoding (a fraction of a second of audio) left
+        it, it changed more of the text (``bench/results/longform_phases_nearsil/``)."""
         n_frames = self.window_frames(int(audio.shape[0]))
         total = n_frames // 2
         last = previous.memory if previous is not None and isinstance(previous.memory, _EncoderMemory) else None
@@ -332,10 +339,11 @@ class WhisperModel:
         before = last.audio.shape[0]
         if before > audio.shape[0] or last.frames.shape[1] > total or not np.array_equal(last.audio, audio[:before]):
             return None
-        keep = (before - recent) // self.frame_samples
+        keep = max(0, (before - recent) // self.frame_samples)
+        reach = -(-int(audio.shape[0]) // self.frame_samples) + 2  # (+2: the mel's and convolutions' edge)
         if keep < REUSE_MIN_FRAMES:
-            return None
-        reach = min(total, -(-int(audio.shape[0]) // self.frame_samples) + 2)  # (+2: the mel's and convolutions' edge)
+            keep, reach = 0, reach + recent // self.frame_samples  # all the audio, and the silence near it
+        reach = min(total, reach)
         positions = torch.cat([torch.arange(keep, reach), torch.arange(max(reach, last.frames.shape[1]), total)])
         return positions.to(self.device)
 
