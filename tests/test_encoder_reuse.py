@@ -130,7 +130,7 @@ def test_a_streams_first_seconds_compute_all_their_audio_and_the_silence_near_it
     assert costs.encoder_frames == 2 * 152
     assert torch.equal(second.frames[:, 152:], first.frames[:, 152:])
     assert not torch.equal(second.frames[:, :152], first.frames[:, :152])
-    # 3.3 s after 2.8 s: 0.8 s would be kept (40 positions, under 50): positions 0 to 165 + 2 + 100
+    # 3.3 s after 2.8 s: 0.8 s would be kept (40 positions, under 50): positions 0-266 (165 of audio + 2 + 100)
     short = model.encode(audio[:44800], Costs(), None, 2.0)
     assert model._reencoded(audio[:52800], 500, short.memory, RECENT).tolist() == list(range(267))
     # 3.5 s after 3 s: 1 s kept (50 positions): as later in a stream, the recent and new audio alone
