@@ -339,7 +339,7 @@ class WhisperModel:
         before = last.audio.shape[0]
         if before > audio.shape[0] or last.frames.shape[1] > total or not np.array_equal(last.audio, audio[:before]):
             return None
-        keep = max(0, (before - recent) // self.frame_samples)
+        keep = (before - recent) // self.frame_samples
         reach = -(-int(audio.shape[0]) // self.frame_samples) + 2  # (+2: the mel's and convolutions' edge)
         if keep < REUSE_MIN_FRAMES:
             keep, reach = 0, reach + recent // self.frame_samples  # all the audio, and the silence near it
