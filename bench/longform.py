@@ -203,6 +203,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "hold-punct": ("balanced", {"hold_sentence_end": True, "punctuate_held_end": True}, {}),
     # each chunk re-encodes only its last 2 s of audio (and the window's new silence): --reencode-s 2
     "reencode-2": ("balanced", {"reencode_s": 2.0}, {}),
+    "reencode-5": ("balanced", {"reencode_s": 5.0}, {}),  # (translation: its last 5 s)
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"

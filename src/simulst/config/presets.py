@@ -221,8 +221,9 @@ _PUNCTUATES_HELD_END = {"punctuate_held_end": True}
 # fewer errors by an interval that excludes zero, at the same delay; on the long-form dev sets a WER an interval
 # cannot tell from the full window's, the words a little sooner; about half the encoder's frames computed
 # (bench/results/longform_phases_reencode/, quality_latency_grids.md). low and accurate were not measured with it;
-# translate balanced read a BLEU that cannot be told from the full window's, but its words later and a lower chrF
-# on the dev utterances (quality_latency_grids_translate.md): translations encode their whole window.
+# translate balanced read a BLEU that cannot be told from the full window's on the dev utterances but less on the
+# German and French dev talks, by an interval that excludes zero (with 5 s too, by one that holds it):
+# translations encode their whole window (bench/results/longform_phases_reencode_translate/).
 _RECENT_AUDIO = {"reencode_s": 2.0}
 _WHOLE_WINDOW = {"reencode_s": None}  # (said, so that low's and accurate's flags typed without --latency give them)
 _NO_HOLD = {"hold_sentence_end": False,  # (said, so that low's and accurate's flags typed without --latency give them)
