@@ -46,11 +46,13 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_the_speech_model_transcribes_the_language_the_mt_stage_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     # without --language a multilingual model would detect a language of its own and hand the MT stage text in it
     import simulst.cli.cascade as cascade
+    import simulst.mt.loading
+    import simulst.streaming.cascade
 
     seen: dict[str, object] = {}
-    monkeypatch.setattr(cascade, "load_mt", lambda name, source, target, device: seen.setdefault("mt", source))
+    monkeypatch.setattr(simulst.mt.loading, "load_mt", lambda name, source, *_: seen.setdefault("mt", source))
     monkeypatch.setattr(cascade, "model_from_args", lambda args, task: seen.setdefault("asr", args.language))
-    monkeypatch.setattr(cascade, "CascadeEngine", lambda asr, mt, options: None)
+    monkeypatch.setattr(simulst.streaming.cascade, "CascadeEngine", lambda asr, mt, options: None)
     parser = build_parser()
     for flags, language in (([], "en"), (["--language", "DE"], "de")):
         seen.clear()
@@ -61,6 +63,8 @@ def test_the_speech_model_transcribes_the_language_the_mt_stage_reads(monkeypatc
 def test_search_flags_are_refused_for_an_mt_backend_without_a_search(monkeypatch: pytest.MonkeyPatch) -> None:
     # Apertium translates each source prefix in one call: --mt-search / --mt-beam given would be ignored
     import simulst.cli.cascade as cascade
+    import simulst.mt.loading
+    import simulst.streaming.cascade
     from simulst.errors import OptionError
     from simulst.mt.apertium import ApertiumMT
 
@@ -68,9 +72,9 @@ def test_search_flags_are_refused_for_an_mt_backend_without_a_search(monkeypatch
         name, searches = "apertium:eng-spa", ApertiumMT.searches
 
     assert ApertiumMT.searches is False
-    monkeypatch.setattr(cascade, "load_mt", lambda name, source, target, device: Backend())
+    monkeypatch.setattr(simulst.mt.loading, "load_mt", lambda name, source, target, device: Backend())
     monkeypatch.setattr(cascade, "model_from_args", lambda args, task: None)
-    monkeypatch.setattr(cascade, "CascadeEngine", lambda asr, mt, options: (mt, options))
+    monkeypatch.setattr(simulst.streaming.cascade, "CascadeEngine", lambda asr, mt, options: (mt, options))
     parser = build_parser()
     translate = ["translate", "a.wav", "--to", "es"]
     for flags, named in ((["--mt-beam", "4"], "--mt-beam"), (["--mt-beam", "5"], "--mt-beam"),  # (5: the default)

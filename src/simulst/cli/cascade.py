@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulst.cli.options import (
     ArgumentGroups,
@@ -27,12 +27,13 @@ from simulst.cli.printing import StreamOutput, final_record
 from simulst.cli.reading import at_rate, open_audio, stream_file
 from simulst.config.fields import CASCADE
 from simulst.errors import OptionError
-from simulst.mt.loading import load_mt
 from simulst.mt.options import MTOptions
-from simulst.streaming.cascade import CascadeEngine, CascadeSession, cascade_source
 from simulst.tts.espeak import EspeakSynthesizer
 from simulst.tts.timeline import SpeechOutput
 from simulst.types import Emission
+
+if TYPE_CHECKING:  # (the engines load torch: imported where a cascade is built, not with the parser)
+    from simulst.streaming.cascade import CascadeEngine, CascadeSession
 
 
 def add_cascade_arguments(parser: argparse.ArgumentParser, speech: bool = True) -> None:
@@ -72,6 +73,9 @@ def cascade_from_args(args: argparse.Namespace, mt_options: MTOptions | None = N
         ModelLoadError, OptionError: as the loaders do; ``--mt-search`` / ``--mt-beam`` given for a backend that
             takes no search (Apertium), which would ignore them.
     """
+    from simulst.mt.loading import load_mt
+    from simulst.streaming.cascade import CascadeEngine, cascade_source
+
     mt_options = mt_options or mt_options_from_args(args)
     source = cascade_source(args.language).strip().lower()
     mt = load_mt(args.mt, source, args.to, args.device)

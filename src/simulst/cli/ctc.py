@@ -30,14 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from simulst.ctc.data import synthesize_corpus
-from simulst.ctc.text import load_sentences
-from simulst.ctc.train import cache_features, evaluate_head, load_examples, new_config, train_head
 from simulst.errors import SimulstError
-from simulst.models.ctc_vocabulary import CharVocabulary
-from simulst.models.loading import load_model
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,6 +80,14 @@ def _log(message: str) -> None:
 
 def run_train_ctc(args: argparse.Namespace) -> int:
     """The ``train-ctc`` subcommand."""
+    import torch  # (the recipe's modules load torch: imported here, so that the parser and its help do not wait)
+
+    from simulst.ctc.data import synthesize_corpus
+    from simulst.ctc.text import load_sentences
+    from simulst.ctc.train import cache_features, evaluate_head, load_examples, new_config, train_head
+    from simulst.models.ctc_vocabulary import CharVocabulary
+    from simulst.models.loading import load_model
+
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.synthesize <= 0 and not args.manifest:

@@ -20,7 +20,7 @@ import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
 from simulst.cli.options import (
@@ -32,7 +32,6 @@ from simulst.cli.options import (
 )
 from simulst.config import SearchOptions
 from simulst.errors import OptionError
-from simulst.evaluation.cluster import ClusterOptions, ClusterRun, run_on_cluster
 from simulst.evaluation.latency import DEFAULT_LATENCY_METRICS, LATENCY_METRICS, LATENCY_UNITS
 from simulst.evaluation.longform import (
     LONGFORM_METRICS,
@@ -44,17 +43,12 @@ from simulst.evaluation.longform import (
 from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
 from simulst.evaluation.plots import plot_sweep
 from simulst.evaluation.quality import DEFAULT_SACREBLEU_TOKENIZER, QUALITY_METRICS
-from simulst.evaluation.runner import EvalOptions, make_run_config, run_eval
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, format_table, score_log, write_scores
-from simulst.evaluation.sweep import (
-    build_grid,
-    parse_grid,
-    quality_metric_for,
-    run_sweep,
-    run_sweep_on_cluster,
-    write_table,
-)
-from simulst.streaming.engine import Engine, SpeechEngine
+
+if TYPE_CHECKING:  # (the runner, the sweep and the cluster load torch: each command imports them when it runs)
+    from simulst.evaluation.cluster import ClusterOptions
+    from simulst.evaluation.runner import EvalOptions
+    from simulst.streaming.engine import Engine
 
 
 def register(subparsers: Any) -> None:
@@ -263,6 +257,8 @@ def search_beams(args: argparse.Namespace, searches: Sequence[str]) -> dict[str,
 
 def eval_options_from_args(args: argparse.Namespace, resume: bool = True) -> EvalOptions:
     """:class:`EvalOptions` from the parsed ``eval`` / ``sweep`` arguments."""
+    from simulst.evaluation.runner import EvalOptions
+
     return EvalOptions(**_scoring_from_args(args), resume=resume,
                        progress=not args.no_progress_bar and sys.stderr.isatty())
 
@@ -316,6 +312,8 @@ def _write_folder(args: argparse.Namespace) -> Path | None:
 
 def engine_from_args(args: argparse.Namespace) -> Engine:
     """The speech engine the arguments name, or with ``--to LANG`` the cascade ASR -> MT."""
+    from simulst.streaming.engine import SpeechEngine
+
     if args.to:
         if args.task != "transcribe":
             raise OptionError("a cascade (--to) transcribes, then translates: drop --task translate")
@@ -337,11 +335,16 @@ def cluster_from_args(args: argparse.Namespace, jobs: int = 1) -> ClusterOptions
         raise OptionError("a cascade (--to) runs locally: drop --cluster ray")
     if jobs != 1:
         raise OptionError("--jobs is for local sweeps; on a cluster every CPU runs tasks")
+    from simulst.evaluation.cluster import ClusterOptions
+
     return ClusterOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, retries=args.ray_retries)
 
 
 def eval_command(args: argparse.Namespace) -> int:
     """``simulst eval``: run the test set, write the folder, print the scores."""
+    from simulst.evaluation.cluster import ClusterRun, run_on_cluster
+    from simulst.evaluation.runner import make_run_config, run_eval
+
     items = items_from_args(args)
     options = stream_options_from_args(args)
     eval_options = eval_options_from_args(args, resume=not args.overwrite)
@@ -378,6 +381,16 @@ def score_command(args: argparse.Namespace) -> int:
 
 def sweep_command(args: argparse.Namespace) -> int:
     """``simulst sweep``: run the grid, write sweep.csv / sweep.md / plots, print the Markdown table."""
+    from simulst.evaluation.sweep import (
+        build_grid,
+        parse_grid,
+        quality_metric_for,
+        run_sweep,
+        run_sweep_on_cluster,
+        write_table,
+    )
+    from simulst.streaming.engine import SpeechEngine
+
     items = items_from_args(args)
     base = stream_options_from_args(args)
     points = build_grid(base, args.policies or [args.policy], args.chunks or [], args.searches or [],

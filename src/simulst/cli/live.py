@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,8 +30,10 @@ from simulst.cli.cascade import add_cascade_arguments, cascade_from_args
 from simulst.cli.options import add_stream_arguments, model_from_args, stream_options_from_args
 from simulst.cli.printing import StreamOutput, add_output_arguments, final_record
 from simulst.errors import OptionError
-from simulst.streaming.engine import Engine, SpeechEngine, Stream
 from simulst.types import Emission
+
+if TYPE_CHECKING:
+    from simulst.streaming.engine import Engine, Stream
 
 
 def register(subparsers: Any) -> None:
@@ -137,6 +139,8 @@ def live_command(args: argparse.Namespace) -> int:
     device = find_input_device(args.input_device)  # fails before the model loads
     output = StreamOutput(args.format, args.output, realtime=True, cue_times=args.cue_times,
                           merge_short=args.merge_short_cues)
+    from simulst.streaming.engine import SpeechEngine  # (torch: loaded with the model, not with the parser)
+
     try:
         engine: Engine = cascade_from_args(args) if args.to else SpeechEngine(model_from_args(args, task=args.task))
         stream = engine.open(options, catch_up=True)

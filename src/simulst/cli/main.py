@@ -26,7 +26,6 @@ from simulst.cli.printing import StreamOutput, add_output_arguments, final_recor
 from simulst.cli.reading import at_rate, open_audio, stream_file
 from simulst.config import POLICIES, SEARCHES
 from simulst.errors import SimulstError
-from simulst.streaming.engine import SpeechEngine
 
 
 class _ListRegistry(argparse.Action):
@@ -102,6 +101,8 @@ def run_stream(args: argparse.Namespace) -> int:
     reader = open_audio(args.audio)
     output = StreamOutput(args.format, args.output, args.realtime, args.cue_times, args.merge_short_cues)
     model = model_from_args(args, task=args.task)
+    from simulst.streaming.engine import SpeechEngine  # (torch: loaded with the model, not with the parser)
+
     reader = at_rate(reader, args.audio, model.sample_rate)
     session = SpeechEngine(model).open(options, catch_up=args.realtime)
     wall_s = stream_file(session, reader, output, output.emit, args.realtime)

@@ -16,7 +16,6 @@ from simulst.config.fields import CTC, FLAG, LONG_FORM, MODEL, NESTED, ONLINE
 from simulst.config.presets import DEFAULT_LATENCY, LATENCIES, Preset, preset
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
-from simulst.models.loading import load_model
 
 OptionsT = TypeVar("OptionsT")
 
@@ -200,6 +199,8 @@ def model_options_from_args(args: argparse.Namespace, task: str = "transcribe") 
 
 def model_from_args(args: argparse.Namespace, task: str = "transcribe") -> SpeechModel:
     """Load the model the arguments name; raises ``ModelLoadError`` / ``OptionError``."""
+    from simulst.models.loading import load_model  # (torch: loaded with the model, not with the parser)
+
     return load_model(model_options_from_args(args, task))
 
 

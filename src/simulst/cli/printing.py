@@ -20,13 +20,15 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from simulst.errors import OptionError
-from simulst.streaming.engine import Stream
 from simulst.streaming.subtitles import CUE_TIMES, CaptionLimits, SubtitleWriter
 from simulst.streaming.subtitles import FORMATS as SUBTITLE_FORMATS
 from simulst.types import Emission
+
+if TYPE_CHECKING:  # (the engine loads torch; the output only reads a stream)
+    from simulst.streaming.engine import Stream
 
 LINE_FORMATS = ("tsv", "whisper-streaming")
 FILE_FORMATS = (*SUBTITLE_FORMATS, *LINE_FORMATS)  # the formats that may go to a file (-o)

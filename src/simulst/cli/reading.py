@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from simulst.audio.io import AudioReader
 from simulst.cli.printing import StreamOutput
-from simulst.streaming.engine import Stream
 from simulst.streaming.feed import Emit, feed_fast, feed_realtime
+
+if TYPE_CHECKING:
+    from simulst.streaming.engine import Stream
 
 
 def open_audio(path: str) -> AudioReader:

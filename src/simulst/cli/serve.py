@@ -24,10 +24,10 @@ from simulst.cli.options import (
 from simulst.errors import OptionError
 from simulst.models.catalog import is_catalog_name
 from simulst.server.protocol import Limits
-from simulst.server.service import ServerConfig
 
 if TYPE_CHECKING:
     from simulst.server.cluster import Scaling
+    from simulst.server.service import ServerConfig  # (the service loads torch: imported when the server starts)
 
 CLUSTER_FLAGS = ("--ray-address", "--replicas", "--autoscale", "--replica-cpus")
 
@@ -124,6 +124,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         raise OptionError("--ssl-certfile and --ssl-keyfile go together")
     limits = Limits(max_speed=args.max_speed, start_timeout_s=args.start_timeout_s,
                     max_audio_s=args.max_audio_s or None)
+    from simulst.server.service import ServerConfig
+
     name = args.model or "whisper-tiny.en"
     return ServerConfig(model_name=Path(name).name if os.sep in name else name,
                         options=stream_options_from_args(copy.copy(args), task="transcribe"),

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
-import torch
 
 from simulst.types import Costs
+
+if TYPE_CHECKING:  # (torch for the annotations only: importing the interface does not load it)
+    import torch
 
 
 class CtcLabels(Protocol):

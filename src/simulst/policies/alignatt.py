@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from simulst.config import AlignAttPolicyOptions, PolicyOptions
 from simulst.errors import OptionError
 from simulst.policies.base import Policy, PolicyContext, PolicyState
 from simulst.policies.registry import register_policy
-from simulst.search.alignatt import AlignAttRule
-from simulst.search.stopping import StopRule
 from simulst.types import Hypothesis
+
+if TYPE_CHECKING:
+    from simulst.search.stopping import StopRule
 
 
 def _options(match: re.Match[str]) -> PolicyOptions:
@@ -37,6 +39,8 @@ class AlignAtt(Policy):
     """
 
     def __init__(self, frames: int) -> None:
+        from simulst.search.alignatt import AlignAttRule  # (torch: loaded when a stream builds the policy)
+
         self.rule = AlignAttRule(frames)
 
     @classmethod

@@ -17,13 +17,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from simulst.config import PolicyOptions
 from simulst.errors import OptionError
-from simulst.models.base import Tokenizer
-from simulst.search.stopping import StopRule
 from simulst.types import Hypothesis
+
+if TYPE_CHECKING:  # (for the annotations: a policy's module is read without loading the model code)
+    from simulst.models.base import Tokenizer
+    from simulst.search.stopping import StopRule
 
 
 @dataclass

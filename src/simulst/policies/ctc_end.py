@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from simulst.config import CtcPolicyOptions, PolicyOptions
 from simulst.errors import OptionError
 from simulst.policies.base import Policy, PolicyContext, PolicyState
 from simulst.policies.registry import register_policy
-from simulst.search.ctc_end import CtcEndRule
-from simulst.search.stopping import StopRule
 from simulst.types import Hypothesis
+
+if TYPE_CHECKING:
+    from simulst.search.stopping import StopRule
 
 
 def _options(match: re.Match[str]) -> PolicyOptions:
@@ -44,6 +46,8 @@ class CtcEnd(Policy):
     """
 
     def __init__(self, threshold: float | None = None, odds: str = "next") -> None:
+        from simulst.search.ctc_end import CtcEndRule  # (torch: loaded when a stream builds the policy)
+
         self.rule = CtcEndRule(threshold, odds)
 
     @classmethod

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from simulst.models.base import DecoderModel, Encoded
 from simulst.types import Costs
+
+if TYPE_CHECKING:
+    import torch
 
 
 class StopCheck(ABC):

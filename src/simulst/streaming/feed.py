@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulst.streaming.engine import Stream
 from simulst.types import Emission
+
+if TYPE_CHECKING:
+    from simulst.streaming.engine import Stream
 
 Emit = Callable[[Emission, float], None]
 Audio = np.ndarray | Iterable[np.ndarray]  # the samples, or their blocks in order
