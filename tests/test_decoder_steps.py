@@ -61,6 +61,25 @@ def test_queries_of_several_beams_over_one_shared_encoding_equal_the_broadcast_a
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(300, 64), (1031, 48)])
+def test_the_screen_is_the_embedding_packed_as_torch_ao_quantises_it(shape: tuple[int, int]) -> None:
+    # the screened projection's int8 copy of E, packed once, against torch.ao's quantize_dynamic of a linear layer
+    torch.manual_seed(shape[0])
+    weight = torch.randn(*shape) * torch.rand(shape[0], 1)  # rows of different ranges: a scale each
+    head = torch.nn.Linear(shape[1], shape[0], bias=False)
+    head.weight = torch.nn.Parameter(weight, requires_grad=False)
+    reference = whisper_net._int8_linears(torch.nn.Sequential(head))[0]._packed_params._packed_params
+    packed = whisper_net.int8_packed(weight)
+    (q, bias), (q_ref, bias_ref) = (torch.ops.quantized.linear_unpack(p) for p in (packed, reference))
+    assert bias is None and bias_ref is None and q.q_per_channel_axis() == q_ref.q_per_channel_axis() == 0
+    assert torch.equal(q.int_repr(), q_ref.int_repr())
+    assert torch.equal(q.q_per_channel_scales(), q_ref.q_per_channel_scales())
+    assert torch.equal(q.q_per_channel_zero_points(), q_ref.q_per_channel_zero_points())
+    x = torch.randn(5, shape[1])
+    assert torch.equal(torch.ops.quantized.linear_dynamic(x, packed, reduce_range=True),
+                       torch.ops.quantized.linear_dynamic(x, reference, reduce_range=True))
+
+
 @needs_shared
 def test_a_float32_model_on_the_cpu_steps_its_beams_as_the_plain_layers_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

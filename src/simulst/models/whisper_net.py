@@ -505,9 +505,8 @@ class WhisperNet(nn.Module):
         so beams whose scores differ by about that much, or a mean log-probability at a guard's threshold, can be
         decided the other way than with the exact projection; each row is quantised alike alone or batched.
         """
-        quantized: Any = _int8_linears(nn.Sequential(self._embedding_head()), inplace=True)
         # only the packed weights are kept (a plain attribute: not a parameter of the state dict)
-        self.model.decoder.screen = quantized[0]._packed_params._packed_params
+        self.model.decoder.screen = int8_packed(self.model.decoder.embed_tokens.weight.detach())
 
     def _embedding_head(self) -> nn.Linear:
         """A linear output projection whose weight is the tied token embedding (V, D), shared, to be quantised
@@ -623,6 +622,28 @@ def _uninitialised_layers() -> Iterator[None]:
         finally:
             for name, draw in drawn.items():
                 setattr(nn.init, name, draw)
+
+
+def int8_packed(weight: torch.Tensor) -> Any:
+    """The packed int8 weight (V, D) of a linear layer without bias, for ``torch.ops.quantized.linear_dynamic``: the
+    weight quantised per output channel, symmetric, as :func:`_int8_linears` (torch.ao's ``quantize_dynamic``)
+    quantises it - the same scales and integers - and packed once.
+
+    Why: torch.ao builds its quantised layer by packing a zero matrix of the weight's size first, then the weight;
+    packing once skips the first, a large part of a model's load for the screened projection's token embedding
+    (``bench/results/model_load.md``)."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    observer = per_channel_dynamic_qconfig.weight()
+    observer(weight)
+    scales, zero_points = observer.calculate_qparams()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the quantised tensors' deprecation notice: they work in torch 2.13)
+        quantized = torch.quantize_per_channel(weight.float(), scales.to(torch.double), zero_points.to(torch.int64),
+                                               observer.ch_axis, torch.qint8)
+    return torch.ops.quantized.linear_prepack(quantized, None)
 
 
 def _int8_linears(module: nn.Module, inplace: bool = False) -> nn.Module:
