@@ -21,7 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average, machine_note, markdown_table, read_csv, write_csv, write_report
+from common import (
+    add_code_version_arguments,
+    code_version,
+    load_average,
+    machine_note,
+    markdown_table,
+    read_csv,
+    write_csv,
+    write_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -47,26 +56,18 @@ def command_seconds(argv: list[str], src: Path, expected: int) -> float:
     return wall
 
 
-def git_label() -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return f"this checkout ({commit.stdout.strip() or 'unknown commit'})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="fresh processes per command (7)")
-    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the src folder of the code to time")
-    parser.add_argument("--label", default=None, help="the rows' label (default: this checkout and its commit)")
+    add_code_version_arguments(parser)
     args = parser.parse_args()
-    if not (args.src / "simulst").is_dir():
-        parser.error(f"--src {args.src}: no simulst package there")
-    label = args.label or git_label()
+    src, label = code_version(parser, args)
     load_before = load_average()
     rows = []
     for name, argv in COMMANDS.items():
         expected = EXIT_CODES.get(name, 0)
-        command_seconds(argv, args.src, expected)  # (the files into the OS cache)
-        times = [command_seconds(argv, args.src, expected) for _ in range(args.repeats)]
+        command_seconds(argv, src, expected)  # (the files into the OS cache)
+        times = [command_seconds(argv, src, expected) for _ in range(args.repeats)]
         rows.append({"label": label, "command": f"simulst {name}", "median_s": statistics.median(times),
                      "min_s": min(times), "max_s": max(times), "repeats": args.repeats})
         print(f"{label}  simulst {name}: median {rows[-1]['median_s']:.3f} s", flush=True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import math
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
 from simulst.types import Costs, Emission
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data"
 WHISPER_TINY_EN = SHARED / "models" / "whisper-tiny.en"
 
@@ -192,6 +195,24 @@ def speed_anchor_ms(repeats: int = 5) -> float | None:
     except (ImportError, ModelLoadError):  # (no ctranslate2, or the model is not installed: no anchor)
         return None
     return median_s(lambda: model.encode(features), repeats) * 1000.0
+
+
+def add_code_version_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--src`` (the ``src`` folder of the code to time: another checkout's, e.g. a ``git worktree`` of an earlier
+    commit) and ``--label`` (its rows' label), for the benchmarks that time code versions in one sitting."""
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the src folder of the code to time")
+    parser.add_argument("--label", default=None, help="the rows' label (default: this checkout and its commit)")
+
+
+def code_version(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Path, str]:
+    """The ``src`` folder and the label the arguments name (a ``--src`` without the package is the parser's error);
+    the default label is this checkout and its commit."""
+    if not (args.src / "simulst").is_dir():
+        parser.error(f"--src {args.src}: no simulst package there")
+    if args.label:
+        return args.src, str(args.label)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return args.src, f"this checkout ({commit.stdout.strip() or 'unknown commit'})"
 
 
 def machine_note(load_before: float | None = None, anchor_ms: float | None = None) -> str:

@@ -20,7 +20,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average, machine_note, markdown_table, read_csv, speed_anchor_ms, write_csv, write_report
+from common import (
+    add_code_version_arguments,
+    code_version,
+    load_average,
+    machine_note,
+    markdown_table,
+    read_csv,
+    speed_anchor_ms,
+    write_csv,
+    write_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -43,25 +53,17 @@ def load_seconds(model: str, src: Path) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def git_label() -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return f"this checkout ({commit.stdout.strip() or 'unknown commit'})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="fresh processes per model (7)")
-    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the src folder of the code to time")
-    parser.add_argument("--label", default=None, help="the rows' label (default: this checkout and its commit)")
+    add_code_version_arguments(parser)
     args = parser.parse_args()
-    if not (args.src / "simulst").is_dir():
-        parser.error(f"--src {args.src}: no simulst package there")
-    label = args.label or git_label()
+    src, label = code_version(parser, args)
     load_before, anchor = load_average(), speed_anchor_ms()
     rows = []
     for model in MODELS:
-        load_seconds(model, args.src)  # the weights into the OS cache (and the base model joined once)
-        times = [load_seconds(model, args.src) for _ in range(args.repeats)]
+        load_seconds(model, src)  # the weights into the OS cache (and the base model joined once)
+        times = [load_seconds(model, src) for _ in range(args.repeats)]
         rows.append({"label": label, "model": model, "median_s": statistics.median(times), "min_s": min(times),
                      "max_s": max(times), "repeats": args.repeats})
         print(f"{label}  {model}: median {rows[-1]['median_s']:.3f} s", flush=True)
