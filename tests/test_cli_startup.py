@@ -1,5 +1,6 @@
 """What a command that runs no model does - the help, the registries' listings, an option's or a file's error - comes
-without loading torch (the parser reads the registries; the machinery is imported by the command that runs it)."""
+without loading torch or a scorer (the parser reads the registries; the machinery is imported by the command that
+runs it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-# Each command runs in one fresh interpreter, in turn; after each, whether torch was imported and the exit code.
+# Each command runs in one fresh interpreter, in turn; after each, its exit code and which of torch and sacreBLEU
+# were imported.
 _PROBE = textwrap.dedent("""
     import contextlib, io, json, sys
     from simulst.cli.main import main
@@ -22,7 +24,8 @@ _PROBE = textwrap.dedent("""
                 code = main(argv)
             except SystemExit as exit:
                 code = exit.code
-        results.append({"argv": argv, "code": code, "torch": "torch" in sys.modules, "err": err.getvalue()})
+        results.append({"argv": argv, "code": code, "err": err.getvalue(),
+                        "loaded": [name for name in ("torch", "sacrebleu") if name in sys.modules]})
     print(json.dumps(results))
 """)
 
@@ -33,7 +36,7 @@ def _probe(commands: list[list[str]]) -> list[dict[str, object]]:
     return list(json.loads(result.stdout))
 
 
-def test_help_listings_and_early_errors_do_not_load_torch(tmp_path: Path) -> None:
+def test_help_listings_and_early_errors_do_not_load_torch_or_sacrebleu(tmp_path: Path) -> None:
     audio = tmp_path / "a.wav"
     audio.write_bytes(b"not audio")
     commands = [
@@ -48,7 +51,7 @@ def test_help_listings_and_early_errors_do_not_load_torch(tmp_path: Path) -> Non
     ]
     results = _probe(commands)
     assert [r["code"] for r in results] == [0] * 11 + [2] * 5
-    assert not any(r["torch"] for r in results), [r["argv"] for r in results if r["torch"]]
+    assert not any(r["loaded"] for r in results), [(r["argv"], r["loaded"]) for r in results if r["loaded"]]
     errors = [str(r["err"]) for r in results[11:]]
     assert "unknown policy 'soon'" in errors[0] and "unknown search 'wide'" in errors[1]
     assert "--chunk-ms" in errors[2] and "missing.wav" in errors[3]

@@ -24,8 +24,6 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from functools import cache
 
-from sacrebleu.metrics import BLEU, CHRF
-
 from simulst.config.registry import Registry
 from simulst.errors import OptionError
 from simulst.sequences import edit_distance
@@ -51,6 +49,8 @@ _SPACES = re.compile(r"\s+")
 
 def sacrebleu_tokenizers() -> tuple[str, ...]:
     """The tokenizer names sacreBLEU's BLEU accepts (``13a``, ``zh``, ``ja-mecab``, ``char``, ...)."""
+    from sacrebleu.metrics import BLEU  # (sacreBLEU is imported where it scores: the CLI's parser reads this module)
+
     return tuple(BLEU.TOKENIZERS)
 
 
@@ -63,6 +63,8 @@ def check_sacrebleu_tokenizer(name: str) -> None:
 def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenizer: str = DEFAULT_SACREBLEU_TOKENIZER) -> float:
     """Corpus BLEU (sacreBLEU; Post 2018) on detokenised, case-sensitive text; 0 when sacreBLEU fails, as in
     SimulEval."""
+    from sacrebleu.metrics import BLEU
+
     check_sacrebleu_tokenizer(tokenizer)
     try:
         return float(BLEU(tokenize=tokenizer).corpus_score(list(hypotheses), [list(references)]).score)
@@ -73,6 +75,8 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenizer: str = 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus chrF (Popović 2015; sacreBLEU's CHRF: character 6-grams, β = 2, case-sensitive)."""
+    from sacrebleu.metrics import CHRF
+
     return float(CHRF().corpus_score(list(hypotheses), [list(references)]).score)
 
 
