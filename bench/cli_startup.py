@@ -12,8 +12,8 @@ Writes ``bench/results/cli_startup.csv`` and ``cli_startup.md``; run it alone on
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -22,17 +22,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
+    ROOT,
     add_code_version_arguments,
     code_version,
     load_average,
     machine_note,
     markdown_table,
-    read_csv,
-    write_csv,
+    timed_spread,
     write_report,
+    write_version_rows,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 COMMANDS = {
     "--help": ["--help"],
@@ -66,18 +66,13 @@ def main() -> None:
     rows = []
     for name, argv in COMMANDS.items():
         expected = EXIT_CODES.get(name, 0)
-        command_seconds(argv, src, expected)  # (the files into the OS cache)
-        times = [command_seconds(argv, src, expected) for _ in range(args.repeats)]
-        rows.append({"label": label, "command": f"simulst {name}", "median_s": statistics.median(times),
-                     "min_s": min(times), "max_s": max(times), "repeats": args.repeats})
+        spread = timed_spread(functools.partial(command_seconds, argv, src, expected), args.repeats)
+        rows.append({"label": label, "command": f"simulst {name}", **spread})
         print(f"{label}  simulst {name}: median {rows[-1]['median_s']:.3f} s", flush=True)
     note = machine_note(load_before)
     for row in rows:
         row["machine"] = note
-    path = RESULTS / "cli_startup.csv"
-    kept = [r for r in read_csv(path) if r["label"] != label] if path.is_file() else []
-    table = kept + rows
-    write_csv(path, table, COLUMNS)
+    table = write_version_rows(RESULTS / "cli_startup.csv", label, rows, COLUMNS)
     write_report(RESULTS / "cli_startup.md", "\n".join([
         "# Command start-up", "",
         "Commands that run no model, each a fresh `python -m simulst.cli` process timed whole (interpreter start, "

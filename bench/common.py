@@ -215,6 +215,24 @@ def code_version(parser: argparse.ArgumentParser, args: argparse.Namespace) -> t
     return args.src, f"this checkout ({commit.stdout.strip() or 'unknown commit'})"
 
 
+def timed_spread(measure: Callable[[], float], repeats: int) -> dict[str, Any]:
+    """One untimed call of ``measure`` (its files into the OS cache), then ``repeats`` timed ones: the median, min
+    and max of the seconds each returns, and the count (a code-version table's columns)."""
+    measure()
+    times = [measure() for _ in range(repeats)]
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "repeats": repeats}
+
+
+def write_version_rows(path: Path, label: str, rows: Sequence[dict[str, Any]],
+                       columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Write the code-version table ``path`` (CSV) with ``rows`` in place of its rows labelled ``label``, the other
+    versions' kept before them; returns the table."""
+    kept = [r for r in read_csv(path) if r["label"] != label] if path.is_file() else []
+    table = [*kept, *rows]
+    write_csv(path, table, columns)
+    return table
+
+
 def machine_note(load_before: float | None = None, anchor_ms: float | None = None) -> str:
     """One line on where and when a benchmark ran (the machine is shared: timings are noisy).
 

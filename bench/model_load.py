@@ -12,8 +12,8 @@ Writes ``bench/results/model_load.csv`` and ``model_load.md``; run it alone on a
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -21,18 +21,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
+    ROOT,
     add_code_version_arguments,
     code_version,
     load_average,
     machine_note,
     markdown_table,
-    read_csv,
     speed_anchor_ms,
-    write_csv,
+    timed_spread,
     write_report,
+    write_version_rows,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 MODELS = ("whisper-tiny.en", "whisper-base")
 COLUMNS = ("label", "model", "median_s", "min_s", "max_s", "repeats", "machine")
@@ -62,18 +62,14 @@ def main() -> None:
     load_before, anchor = load_average(), speed_anchor_ms()
     rows = []
     for model in MODELS:
-        load_seconds(model, src)  # the weights into the OS cache (and the base model joined once)
-        times = [load_seconds(model, src) for _ in range(args.repeats)]
-        rows.append({"label": label, "model": model, "median_s": statistics.median(times), "min_s": min(times),
-                     "max_s": max(times), "repeats": args.repeats})
+        # (the untimed first load: the weights into the OS cache, and the base model joined once)
+        spread = timed_spread(functools.partial(load_seconds, model, src), args.repeats)
+        rows.append({"label": label, "model": model, **spread})
         print(f"{label}  {model}: median {rows[-1]['median_s']:.3f} s", flush=True)
     note = machine_note(load_before, anchor)
     for row in rows:
         row["machine"] = note
-    path = RESULTS / "model_load.csv"
-    kept = [r for r in read_csv(path) if r["label"] != label] if path.is_file() else []  # (a label times every model)
-    table = kept + rows
-    write_csv(path, table, COLUMNS)
+    table = write_version_rows(RESULTS / "model_load.csv", label, rows, COLUMNS)  # (a label times every model)
     write_report(RESULTS / "model_load.md", "\n".join([
         "# Model load time", "",
         "`load_model` of each catalog model in a fresh process (imports not counted, weights in the OS cache), "
