@@ -12,9 +12,11 @@ of audio), and the paired bootstrap 95 % interval of the quality difference to g
 (``d_offline``; the row ``offline-beam`` decodes offline with the ``balanced`` preset's search) and to the
 defaults before the presets (``d_before``), over utterances.
 
-With ``--realtime`` each utterance is also fed at real-time pace (``simulst ... --realtime``: audio arrives at
+With ``--realtime`` each utterance is also fed at real-time pace (``simulst eval --realtime``: audio arrives at
 wall-clock speed, a decode reads all that arrived) and ``AL_live`` (the wall-clock delay of each word after it
-was spoken, averaged like AL) and ``RTF_live`` are added: what a live listener meets on this machine.
+was spoken, averaged like AL: that run's ``AL_CA``) and ``RTF_live`` are added: what a live listener meets on
+this machine. (Until 2026-12-07 this feed opened a stream without catch-up, which decodes every chunk in turn
+where two arrive during one decode; the rows timed before then read so.)
 
 Data (dev sets only; the held-out sets judge the defaults elsewhere):
 
@@ -45,18 +47,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulst.audio.io import load_audio
 from simulst.cli.options import add_stream_arguments, model_options_from_args, stream_options_from_args
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.config.presets import LATENCIES, preset_options
 from simulst.evaluation.bootstrap import paired_bootstrap
-from simulst.evaluation.instances import InstanceRecord, read_log, write_log
+from simulst.evaluation.instances import SIMULST_KEY, InstanceRecord, read_log, write_log
 from simulst.evaluation.latency import average_lagging
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.runner import EvalOptions, run_instance
 from simulst.evaluation.scoring import ScoreOptions, score_records
 from simulst.streaming.engine import SpeechEngine
-from simulst.streaming.feed import feed_realtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
@@ -183,16 +183,13 @@ def run(task: str, config: Config, test: Sequence[tuple[str, TestItem]], realtim
 
 
 def live(engine: SpeechEngine, options: StreamOptions, item: TestItem) -> dict[str, float]:
-    """Feed the item's audio at real-time pace: AL of the words' wall-clock times, and the compute / audio."""
-    audio = load_audio(item.audio, engine.sample_rate)
-    session = engine.open(options)
-    walls: list[tuple[str, float]] = []
-    feed_realtime(session, audio, lambda emission, wall_ms: walls.append((emission.text, wall_ms)))
-    delays = [wall for text, wall in walls for _ in text.split()]
+    """Feed the item's audio at real-time pace (``simulst eval --realtime``: a catch-up stream, as ``--realtime``
+    runs): AL of the words' wall-clock times, and the compute / audio."""
+    record = run_instance(engine, options, item, 0, EvalOptions(progress=False, realtime=True))
     reference_words = len((item.reference or "").split())
-    source_ms = audio.shape[0] * 1000.0 / engine.sample_rate
-    return {"AL_live": average_lagging(delays, source_ms, reference_words) if delays else float("nan"),
-            "RTF_live": session.costs.compute_s * 1000.0 / source_ms}
+    compute_ms = record.extra[SIMULST_KEY]["compute_ms"]
+    return {"AL_live": average_lagging(record.elapsed, record.source_length, reference_words) if record.elapsed
+            else float("nan"), "RTF_live": compute_ms / record.source_length}
 
 
 def score_row(task: str, name: str, summary: str, records: Sequence[InstanceRecord],

@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,17 @@ import pytest
 import soundfile as sf
 
 from simulst.cli import evaluation as commands
-from simulst.config import PolicyOptions, SearchOptions, StreamOptions
+from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
 from simulst.errors import OptionError, SimulstError
+from simulst.evaluation.cluster import ClusterRun, run_on_cluster
 from simulst.evaluation.instances import read_log
 from simulst.evaluation.manifest import TestItem, TestSetError, read_manifest, read_simuleval_lists
 from simulst.evaluation.runner import EvalOptions, emission_units, run_eval
 from simulst.evaluation.scoring import ScoreOptions, score_log
+from simulst.evaluation.sweep import build_grid, run_sweep
+from simulst.models.base import Encoded
 from simulst.streaming.engine import SpeechEngine
-from simulst.types import Emission
+from simulst.types import Costs, Emission
 from tests.simuleval_cli import LATENCY, simuleval_cli
 from tests.toy import ToySpeechModel, tone, toy_engine
 
@@ -187,6 +191,69 @@ def test_char_unit_run(tmp_path: Path) -> None:
     [rec] = read_log(tmp_path)
     assert rec.prediction == "thecatsatonthemat" and len(rec.delays) == len(rec.prediction)
     assert score_log(tmp_path, ScoreOptions(latency_unit="char")).scores["AL"] is not None
+
+
+class SlowToy(ToySpeechModel):
+    """The toy whose every encoding takes ``seconds`` of wall-clock time (a model slower than its chunks)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def encode(self, audio: np.ndarray, costs: Costs, previous: Encoded | None = None,
+               reencode_s: float | None = None) -> Encoded:
+        time.sleep(self.seconds)
+        return super().encode(audio, costs, previous, reencode_s)
+
+
+def test_realtime_run_keeping_up_writes_the_fast_runs_outputs_at_wall_clock_times(tmp_path: Path) -> None:
+    fast = run_eval(SpeechEngine(ToySpeechModel()), _la2(500), ITEMS[1:], tmp_path / "fast",
+                    EvalOptions(progress=False), load=_loader())
+    started = time.perf_counter()
+    live = run_eval(SpeechEngine(ToySpeechModel()), _la2(500), ITEMS[1:], tmp_path / "live",
+                    EvalOptions(progress=False, realtime=True), load=_loader())
+    assert time.perf_counter() - started >= DURATIONS["u1"] / 1000.0  # the audio arrived at a speaker's pace
+    [a], [b] = read_log(tmp_path / "fast"), read_log(tmp_path / "live")
+    # the toy keeps up: each 500 ms chunk is decoded as it arrives, as fed fast; only the elapsed clock differs
+    assert (b.prediction, b.delays) == (a.prediction, a.delays)
+    # elapsed is the wall clock: never before the audio a decode read had arrived, and here soon after it
+    assert all(d <= e < d + 400.0 for d, e in zip(b.delays, b.elapsed, strict=True))
+    assert live.scores["AL"] == fast.scores["AL"] and live.scores["AL"] <= live.scores["AL_CA"]
+    assert json.loads((tmp_path / "live" / "config.json").read_text())["run"]["realtime"] is True
+    with pytest.raises(OptionError, match="realtime"):  # a real-time log is not resumed by a fast run
+        run_eval(SpeechEngine(ToySpeechModel()), _la2(500), ITEMS[1:], tmp_path / "live",
+                 EvalOptions(progress=False), load=_loader())
+
+
+def test_realtime_run_of_a_slow_model_catches_up_and_counts_the_wait(tmp_path: Path) -> None:
+    model = SlowToy(0.8)  # 800 ms per decode over 500 ms chunks
+    run_eval(SpeechEngine(model), _la2(500), ITEMS[1:], tmp_path, EvalOptions(progress=False, realtime=True),
+             load=_loader())
+    [record] = read_log(tmp_path)
+    # a decode reads all that arrived while the one before computed: fewer decodes than the 7 chunks (+ the end)
+    assert len(model.encodes) < DURATIONS["u1"] // 500
+    assert record.prediction.startswith("the cat sat on")
+    # each output came at least one decode's compute after the audio its decode read had arrived
+    assert all(e >= d + 800.0 for d, e in zip(record.delays, record.elapsed, strict=True))
+
+
+def test_realtime_options_that_do_not_go_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(OptionError, match="computation-aware"):
+        EvalOptions(realtime=True, computation_aware=False)
+    realtime = EvalOptions(progress=False, realtime=True)
+    point = build_grid(_la2(), ["la-2"], [], [], {}, {})
+    with pytest.raises(OptionError, match="--jobs 1"):
+        run_sweep(toy_engine, point, ITEMS, tmp_path / "sweep", realtime, jobs=2)
+    with pytest.raises(OptionError, match="locally"):
+        run_on_cluster(ModelOptions(), [ClusterRun(_la2(), tmp_path / "c")], ITEMS, realtime)
+    monkeypatch.setattr(SpeechEngine, "load", classmethod(lambda cls, options: toy_engine()))
+    manifest = _write_wavs(tmp_path)
+    for extra in (["--cluster", "ray"], ["--no-computation-aware"]):
+        args = _parser().parse_args(["eval", str(manifest), "--output", str(tmp_path / "run"), "--realtime",
+                                     "--no-progress-bar", *extra])
+        with pytest.raises(OptionError):
+            args.func(args)
+    assert not (tmp_path / "run").exists()  # refused before anything ran
 
 
 # ------------------------------------------------------------------------------------------------ test sets

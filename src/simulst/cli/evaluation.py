@@ -198,6 +198,10 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     _add_scoring_arguments(p)
     p.add_argument("--computation-aware", action=argparse.BooleanOptionalAction, default=True,
                    help="record elapsed = source time + compute time and score the NAME_CA metrics (default on)")
+    p.add_argument("--realtime", action="store_true",
+                   help="feed each utterance at the pace of a live speaker: the stream decodes what has arrived, "
+                        "and elapsed is the wall-clock time of each output, so NAME_CA is the delay a listener "
+                        "meets; takes as long as the audio (one utterance at a time, locally)")
     p.add_argument("--no-progress-bar", action="store_true", help="no progress bar")
 
 
@@ -260,7 +264,7 @@ def eval_options_from_args(args: argparse.Namespace, resume: bool = True) -> Eva
     from simulst.evaluation.runner import EvalOptions
 
     return EvalOptions(**_scoring_from_args(args), resume=resume,
-                       progress=not args.no_progress_bar and sys.stderr.isatty())
+                       progress=not args.no_progress_bar and sys.stderr.isatty(), realtime=args.realtime)
 
 
 def score_options_from_args(args: argparse.Namespace) -> ScoreOptions:
@@ -333,6 +337,9 @@ def cluster_from_args(args: argparse.Namespace, jobs: int = 1) -> ClusterOptions
         return None
     if args.to:
         raise OptionError("a cascade (--to) runs locally: drop --cluster ray")
+    if args.realtime:
+        raise OptionError("a real-time run (--realtime) feeds one utterance at a time on this machine: drop "
+                          "--cluster ray")
     if jobs != 1:
         raise OptionError("--jobs is for local sweeps; on a cluster every CPU runs tasks")
     from simulst.evaluation.cluster import ClusterOptions

@@ -205,6 +205,9 @@ def run_on_cluster(
         raise OptionError("the test set is empty")
     if not runs:
         raise OptionError("nothing to run")
+    if eval_options.realtime:
+        raise OptionError("a real-time run feeds one utterance at a time at a speaker's pace: run it locally, "
+                          "not on a cluster")
     return _Driver(model, runs, items, eval_options, cluster or ClusterOptions(), progress).run()
 
 

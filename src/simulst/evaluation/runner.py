@@ -16,6 +16,14 @@ Every output unit (see :func:`emission_units`) gets as delay the source ms read 
 (computation-aware, SimulEval >= 1.1.4: the clock restarts for every utterance; ``Emission.elapsed_ms``).
 With ``computation_aware=False`` the log's ``elapsed`` lists are left empty (so no ``_CA`` metric is scored).
 
+Real time (``EvalOptions.realtime``): each utterance's audio arrives at the pace of a live speaker instead
+(:func:`~simulst.streaming.feed.feed_realtime`), into a stream that decodes once per push at the last chunk boundary
+it reached (``catch_up``, as ``transcribe --realtime`` and the server run); a unit's delay is still the source ms
+read by the decode that emitted it, and its elapsed time is the wall-clock ms since the utterance's audio began to
+arrive. The ``_CA`` metrics are then the delay a listener meets, compute that overlaps the speech costing nothing,
+where SimulEval's elapsed adds all the compute spent so far to the source time. Such a run takes as long as its
+audio, and its times are only worth keeping from a machine doing nothing else.
+
 A run is resumable: utterances already in ``instances.log`` are skipped (a truncated last line from an
 interrupted run is dropped), provided the folder's ``config.json`` describes the same run.
 """
@@ -25,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +55,7 @@ from simulst.evaluation.latency import LATENCY_UNITS, PieceEncoder
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.scoring import ScoreOptions, ScoreReport, load_spm, score_records, write_scores
 from simulst.streaming.engine import Engine
-from simulst.streaming.feed import feed_fast
+from simulst.streaming.feed import feed_fast, feed_realtime
 from simulst.types import Costs, Emission
 
 logger = logging.getLogger(__name__)
@@ -64,11 +72,20 @@ class EvalOptions(ScoreOptions):
         computation_aware: record ``elapsed`` (and score the ``_CA`` metrics); on by default.
         resume: skip utterances already in the folder's ``instances.log`` (False: start the log afresh).
         progress: show a progress bar on stderr.
+        realtime: feed each utterance at the pace of a live speaker, elapsed the wall clock (see the module
+            docstring); needs ``computation_aware``.
     """
 
     computation_aware: bool = True
     resume: bool = True
     progress: bool = True
+    realtime: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.realtime and not self.computation_aware:
+            raise OptionError("a real-time run records each output's wall-clock time as its elapsed time: "
+                              "it is computation-aware")
 
     def score_options(self) -> ScoreOptions:
         """The scoring options alone."""
@@ -135,11 +152,18 @@ def emission_units(emissions: Sequence[Emission], unit: str = "word", spm: Piece
 AudioLoader = Callable[[Path, int], np.ndarray]
 
 
-def stream_through(engine: Engine, options: StreamOptions, audio: np.ndarray) -> tuple[list[Emission], Costs]:
-    """Push ``audio`` through a fresh stream one chunk at a time, then finish it."""
-    stream = engine.open(options)
-    emissions = feed_fast(stream, audio)
-    return emissions, stream.costs
+def stream_through(engine: Engine, options: StreamOptions, audio: np.ndarray,
+                   realtime: bool = False) -> tuple[list[Emission], Costs]:
+    """Push ``audio`` through a fresh stream one chunk at a time, then finish it; with ``realtime`` at the pace
+    of a live speaker into a catch-up stream, each emission's ``elapsed_ms`` replaced by the wall-clock ms since
+    the audio began to arrive."""
+    if not realtime:
+        stream = engine.open(options)
+        return feed_fast(stream, audio), stream.costs
+    stream = engine.open(options, catch_up=True)
+    walls: list[float] = []
+    emissions = feed_realtime(stream, audio, lambda _emission, wall_ms: walls.append(wall_ms))
+    return [replace(e, elapsed_ms=wall) for e, wall in zip(emissions, walls, strict=True)], stream.costs
 
 
 def run_instance(
@@ -154,7 +178,7 @@ def run_instance(
     """Evaluate one utterance: stream it, split the output into latency units, build its log record."""
     eval_options = eval_options or EvalOptions()
     audio = load(item.audio, engine.sample_rate)
-    emissions, costs = stream_through(engine, options, audio)
+    emissions, costs = stream_through(engine, options, audio, eval_options.realtime)
     units = emission_units(emissions, eval_options.latency_unit, spm)
     source_ms = audio.shape[0] * 1000.0 / engine.sample_rate
     text = "".join(e.text for e in emissions)
@@ -224,6 +248,7 @@ def make_run_config(
         "latency_unit": eval_options.latency_unit,
         "spm_model": eval_options.spm_model,
         "computation_aware": eval_options.computation_aware,
+        "realtime": eval_options.realtime,
         "test_set": [[it.id, str(it.audio)] for it in items],
     }
     return RunConfig(run=run, info=dict(info or {}))
@@ -248,6 +273,7 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
     except (json.JSONDecodeError, AttributeError) as exc:
         raise OptionError(f"{path} is not a simulst config: {exc}") from exc
     previous = previous if isinstance(previous, dict) else {}
+    previous.setdefault("realtime", False)  # (a run written before real-time runs were recorded: not one)
     if isinstance(previous.get("stream"), dict):
         # options added to simulst after that run was written take their defaults, which it ran with
         previous["stream"] = _with_defaults(previous["stream"], stream_options_dict(StreamOptions()))

@@ -247,6 +247,8 @@ def run_sweep(
     if not points:
         raise OptionError("the sweep grid is empty")
     eval_options = eval_options or EvalOptions()
+    if eval_options.realtime and jobs > 1:
+        raise OptionError("a real-time run must not share the CPU with other runs: --jobs 1")
     out = Path(out_dir)
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
