@@ -217,7 +217,7 @@ def test_realtime_run_keeping_up_writes_the_fast_runs_outputs_at_wall_clock_time
     # the toy keeps up: each 500 ms chunk is decoded as it arrives, as fed fast; only the elapsed clock differs
     assert (b.prediction, b.delays) == (a.prediction, a.delays)
     # elapsed is the wall clock: never before the audio a decode read had arrived, and here soon after it
-    assert all(d <= e < d + 400.0 for d, e in zip(b.delays, b.elapsed, strict=True))
+    assert all(d <= e < d + 1000.0 for d, e in zip(b.delays, b.elapsed, strict=True))
     assert live.scores["AL"] == fast.scores["AL"] and live.scores["AL"] <= live.scores["AL_CA"]
     assert json.loads((tmp_path / "live" / "config.json").read_text())["run"]["realtime"] is True
     with pytest.raises(OptionError, match="realtime"):  # a real-time log is not resumed by a fast run
@@ -235,6 +235,9 @@ def test_realtime_run_of_a_slow_model_catches_up_and_counts_the_wait(tmp_path: P
     assert record.prediction.startswith("the cat sat on")
     # each output came at least one decode's compute after the audio its decode read had arrived
     assert all(e >= d + 800.0 for d, e in zip(record.delays, record.elapsed, strict=True))
+    # ... and the last about two decodes after the source's end: the compute that overlapped the speech is not
+    # added up, as SimulEval's elapsed adds it (here the source's 3.5 s plus 800 ms for each of 5 or more decodes)
+    assert record.elapsed[-1] < record.source_length + 4 * 800.0
 
 
 def test_realtime_options_that_do_not_go_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
