@@ -337,9 +337,6 @@ def cluster_from_args(args: argparse.Namespace, jobs: int = 1) -> ClusterOptions
         return None
     if args.to:
         raise OptionError("a cascade (--to) runs locally: drop --cluster ray")
-    if args.realtime:
-        raise OptionError("a real-time run (--realtime) feeds one utterance at a time on this machine: drop "
-                          "--cluster ray")
     if jobs != 1:
         raise OptionError("--jobs is for local sweeps; on a cluster every CPU runs tasks")
     from simulst.evaluation.cluster import ClusterOptions
