@@ -28,6 +28,14 @@ today's ``balanced``) is the fairer reference for a configuration that searches 
 
 Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
 ``bench/results/quality_latency/translate_es_pt/<config>/instances.log``.
+
+``--per-language ESPT=DEFR,...`` runs nothing and writes ``translate_agreement_per_language_<reference>.md``: the
+agreement of each named configuration with the reference, language by language (es and pt from the es + pt log
+ESPT, de and fr from the de + fr log DEFR; a bare NAME is both), and on de and fr the BLEU against the real
+references, so a reader sees which of the languages without references the proxy flags::
+
+    .venv/bin/python bench/translate_agreement.py --reference offline-b3 --per-language \
+        offline,before,low,tbal=balanced,accurate,tbal-grid-1=tpushgrid-grid-1,tbal-grid-2=tpushgrid-grid-2
 """
 
 from __future__ import annotations
@@ -105,6 +113,64 @@ def pooled_rows(logs: dict[str, list[InstanceRecord]], data: str,
     return rows
 
 
+def per_language_rows(logs: dict[str, tuple[list[InstanceRecord], list[InstanceRecord]]],
+                      reference: str) -> list[dict[str, object]]:
+    """Per configuration (its es + pt and de + fr logs, ``reference``'s first) and language: BLEU / chrF against
+    ``reference``'s outputs of the same utterances, and on de and fr the BLEU against the real references."""
+    rows: list[dict[str, object]] = []
+    by_lang = {name: {r.extra["simulst"]["id"]: r for log in pair for r in log} for name, pair in logs.items()}
+    ids = sorted(by_lang[reference])
+    for lang in ("de", "fr", *LANGS):
+        chosen = [i for i in ids if f"-{lang}-" in i]
+        if not chosen:
+            continue
+        references = [by_lang[reference][i].prediction for i in chosen]
+        for name, records in by_lang.items():
+            if name == reference:
+                continue
+            if sorted(records) != ids:
+                raise SystemExit(f"{name}: its logs are not of the reference's utterances")
+            hyps = [records[i].prediction for i in chosen]
+            row: dict[str, object] = {"language": lang, "config": name, "n": len(chosen),
+                                      "BLEU_vs_offline": bleu(hyps, references),
+                                      "chrF_vs_offline": chrf(hyps, references)}
+            if lang not in LANGS:
+                row["BLEU_vs_reference"] = bleu(hyps, [records[i].reference or "" for i in chosen])
+            rows.append(row)
+    return rows
+
+
+def write_per_language(specs: str, reference: str, root: Path) -> Path:
+    """``--per-language``: read the named logs and write the per-language page; its path."""
+    logs: dict[str, tuple[list[InstanceRecord], list[InstanceRecord]]] = {}
+    for spec in [reference, *(s.strip() for s in specs.split(",") if s.strip())]:
+        es_pt, name = spec.partition("=")[0], de_fr_name(spec)
+        dev = root / "translate" / name / "instances.log"
+        if not dev.is_file():
+            dev = root / "translate_explore" / name / "instances.log"
+        logs[name] = (read_log(root / "translate_es_pt" / es_pt / "instances.log"), read_log(dev))
+    rows = per_language_rows(logs, de_fr_name(reference))
+    page = RESULTS / f"translate_agreement_per_language_{reference}.md"
+    header = (
+        "# Agreement with offline decoding, language by language\n\n"
+        "Written by `bench/translate_agreement.py --per-language` from the kept logs (it runs nothing). "
+        f"BLEU / chrF_vs_offline: sacreBLEU of each configuration's outputs with the outputs of `{reference}` of the "
+        "same utterances as the references; BLEU_vs_reference: against the real English "
+        "references (de and fr only; es and pt have none here). A configuration is named by its de + fr log; "
+        "its es + pt log may have another name (the command line says which).\n\n"
+        f"* {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: `--reference {reference} --per-language {specs}`.\n\n"
+    )
+    columns = ["language", "config", "n", "BLEU_vs_offline", "chrF_vs_offline", "BLEU_vs_reference"]
+    write_report(page, header + markdown_table(rows, columns))
+    return page
+
+
+def de_fr_name(spec: str) -> str:
+    """The de + fr name of ``ESPT=DEFR`` (or of a bare NAME)."""
+    es_pt, _, de_fr = spec.partition("=")
+    return de_fr or es_pt
+
+
 def parse_pool(spec: str) -> tuple[list[str], list[str]]:
     """``A1,A2,...:B1,B2,...``: the grids of A and of B."""
     side_a, sep, side_b = spec.partition(":")
@@ -125,7 +191,12 @@ def main() -> None:
     parser.add_argument("--reference", default="offline",
                         help="the configuration whose outputs are the references (default: offline)")
     parser.add_argument("--rescore", action="store_true", help="score the kept logs again; run nothing")
+    parser.add_argument("--per-language", metavar="ESPT=DEFR,...",
+                        help="run nothing; write the per-language page of these configurations' kept logs")
     args = parser.parse_args()
+    if args.per_language:
+        print(write_per_language(args.per_language, args.reference, RESULTS / "quality_latency").read_text())
+        return
     pools = [parse_pool(spec) for spec in args.pool]
     load_before = load_average()
     table = configs("translate")

@@ -192,3 +192,25 @@ def test_translate_agreement_scores_against_the_named_reference() -> None:
     by_beam = {r["config"]: r["BLEU_vs_offline"] for r in agreement_rows(logs, "toy", [], "offline-b3")}
     assert set(by_beam) == {"offline", "x"}  # (the reference is not scored against itself)
     assert by_beam["x"] == pytest.approx(100.0) and by_greedy["x"] < 99.0
+
+
+def test_translate_agreement_per_language_splits_by_the_utterance_ids_language() -> None:
+    from translate_agreement import de_fr_name, per_language_rows
+
+    def log(ids: list[str], predictions: list[str]) -> list[InstanceRecord]:
+        records = _log(predictions, ["a b c d e f g h"] * len(ids))
+        for record, uid in zip(records, ids, strict=True):
+            record.extra["simulst"] = {"id": uid}
+        return records
+
+    de, pt = ["fleurs-de-000", "fleurs-de-001"], ["fleurs-pt-000", "fleurs-pt-001"]
+    reference = ["a b c d e f g h", "i j k l m n o p"]
+    logs = {"offline-b3": (log(pt, reference), log(de, reference)),
+            "x": (log(pt, ["q r s t u v w y", "q r s t u v w y"]), log(de, reference))}
+    rows = {(r["language"], r["config"]): r for r in per_language_rows(logs, "offline-b3")}
+    assert set(rows) == {("de", "x"), ("pt", "x")}  # (no row for a language with no utterance)
+    assert rows["de", "x"]["BLEU_vs_offline"] == pytest.approx(100.0)  # x writes offline-b3's German outputs
+    assert rows["pt", "x"]["BLEU_vs_offline"] == pytest.approx(0.0)  # and none of its Portuguese words
+    assert rows["de", "x"]["n"] == rows["pt", "x"]["n"] == 2
+    assert "BLEU_vs_reference" in rows["de", "x"] and "BLEU_vs_reference" not in rows["pt", "x"]
+    assert de_fr_name("tbal=balanced") == "balanced" and de_fr_name("offline") == "offline"
