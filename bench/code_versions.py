@@ -1,8 +1,10 @@
 """Two versions of the code on the same runs: the rows of ``quality_latency.py`` logs written by each, side by side.
 
-To time a change of the code (not of the options), run ``quality_latency.py`` once with the code before it
-(``PYTHONPATH=<a worktree of the commit before>/src``) and once after, each into its own ``--out`` folder, one
-after the other on a quiet machine; then this script reads both logs of each run and writes one table: quality,
+To time a change of the code (not of the options), run ``quality_latency.py`` with the code before it
+(``PYTHONPATH=<a worktree of the commit before>/src``) and after, each into its own ``--out`` folder, one after the
+other on a quiet machine, and the first of the two again (A, B, A: the machine's speed drifts by more than many
+changes save within half an hour; the two A runs show how much); then this script reads both logs of each run
+and writes one table: quality,
 latency, compute (RTF; with ``--realtime``, AL_live and RTF_live), how many utterances' texts are equal, and the
 paired bootstrap 95 % intervals over utterances of the quality difference (after − before, ``d_before``, as
 ``quality_latency.py`` computes it) and of the RTF difference (``d_RTF``, as ``paired_compute.py`` does)::
