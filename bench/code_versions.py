@@ -4,10 +4,10 @@ To time a change of the code (not of the options), run ``quality_latency.py`` wi
 (``PYTHONPATH=<a worktree of the commit before>/src``) and after, each into its own ``--out`` folder, one after the
 other on a quiet machine, and the first of the two again (A, B, A: the machine's speed drifts by more than many
 changes save within half an hour; the two A runs show how much); then this script reads both logs of each run
-and writes one table: quality,
-latency, compute (RTF; with ``--realtime``, AL_live and RTF_live), how many utterances' texts are equal, and the
-paired bootstrap 95 % intervals over utterances of the quality difference (after − before, ``d_before``, as
-``quality_latency.py`` computes it) and of the RTF difference (``d_RTF``, as ``paired_compute.py`` does)::
+and writes one table: quality, latency, compute (RTF; with ``--realtime``, AL_live and RTF_live), how many
+utterances' texts are equal, and the paired bootstrap 95 % intervals over utterances of the quality difference
+(after − before, ``d_before``, as ``quality_latency.py`` computes it) and of the RTF difference (``d_RTF``, as
+``paired_compute.py`` does); run it once more with the second A as ``--after`` to see the drift::
 
     .venv/bin/python bench/code_versions.py --task translate --run balanced=quality_latency/translate/balanced \\
         --before bench/results/decoder_steps/before --after bench/results/decoder_steps/after \\
