@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simulst.evaluation.bootstrap import paired_bootstrap
-from simulst.evaluation.instances import InstanceRecord, read_log, write_log
+from simulst.evaluation.instances import SIMULST_KEY, InstanceRecord, read_log, write_log
 from simulst.evaluation.manifest import TestItem
 from simulst.evaluation.quality import bleu, chrf
 
@@ -113,23 +113,25 @@ def pooled_rows(logs: dict[str, list[InstanceRecord]], data: str,
     return rows
 
 
-def per_language_rows(logs: dict[str, tuple[list[InstanceRecord], list[InstanceRecord]]],
-                      reference: str) -> list[dict[str, object]]:
-    """Per configuration (its es + pt and de + fr logs, ``reference``'s first) and language: BLEU / chrF against
-    ``reference``'s outputs of the same utterances, and on de and fr the BLEU against the real references."""
+def per_language_rows(logs: dict[str, tuple[list[InstanceRecord], list[InstanceRecord]]], reference: str,
+                      language_of: dict[str, str]) -> list[dict[str, object]]:
+    """Per configuration (its es + pt and de + fr logs, ``reference``'s first) and language (``language_of`` an
+    utterance id): BLEU / chrF against ``reference``'s outputs of the same utterances, and on de and fr the BLEU
+    against the real references."""
+    by_id = {name: {r.extra[SIMULST_KEY]["id"]: r for log in pair for r in log} for name, pair in logs.items()}
+    ids = sorted(by_id[reference])
+    for name, records in by_id.items():
+        if sorted(records) != ids:
+            raise SystemExit(f"{name}: its logs are not of the reference's utterances")
     rows: list[dict[str, object]] = []
-    by_lang = {name: {r.extra["simulst"]["id"]: r for log in pair for r in log} for name, pair in logs.items()}
-    ids = sorted(by_lang[reference])
     for lang in ("de", "fr", *LANGS):
-        chosen = [i for i in ids if f"-{lang}-" in i]
+        chosen = [i for i in ids if language_of[i] == lang]
         if not chosen:
             continue
-        references = [by_lang[reference][i].prediction for i in chosen]
-        for name, records in by_lang.items():
+        references = [by_id[reference][i].prediction for i in chosen]
+        for name, records in by_id.items():
             if name == reference:
                 continue
-            if sorted(records) != ids:
-                raise SystemExit(f"{name}: its logs are not of the reference's utterances")
             hyps = [records[i].prediction for i in chosen]
             row: dict[str, object] = {"language": lang, "config": name, "n": len(chosen),
                                       "BLEU_vs_offline": bleu(hyps, references),
@@ -149,7 +151,8 @@ def write_per_language(specs: str, reference: str, root: Path) -> Path:
         if not dev.is_file():
             dev = root / "translate_explore" / name / "instances.log"
         logs[name] = (read_log(root / "translate_es_pt" / es_pt / "instances.log"), read_log(dev))
-    rows = per_language_rows(logs, de_fr_name(reference))
+    language_of = {item.id: lang for lang, item in items(("de", "fr", *LANGS))}
+    rows = per_language_rows(logs, de_fr_name(reference), language_of)
     page = RESULTS / f"translate_agreement_per_language_{reference}.md"
     header = (
         "# Agreement with offline decoding, language by language\n\n"

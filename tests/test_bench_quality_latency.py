@@ -207,7 +207,8 @@ def test_translate_agreement_per_language_splits_by_the_utterance_ids_language()
     reference = ["a b c d e f g h", "i j k l m n o p"]
     logs = {"offline-b3": (log(pt, reference), log(de, reference)),
             "x": (log(pt, ["q r s t u v w y", "q r s t u v w y"]), log(de, reference))}
-    rows = {(r["language"], r["config"]): r for r in per_language_rows(logs, "offline-b3")}
+    language_of = {uid: uid.split("-")[1] for uid in de + pt}
+    rows = {(r["language"], r["config"]): r for r in per_language_rows(logs, "offline-b3", language_of)}
     assert set(rows) == {("de", "x"), ("pt", "x")}  # (no row for a language with no utterance)
     assert rows["de", "x"]["BLEU_vs_offline"] == pytest.approx(100.0)  # x writes offline-b3's German outputs
     assert rows["pt", "x"]["BLEU_vs_offline"] == pytest.approx(0.0)  # and none of its Portuguese words
