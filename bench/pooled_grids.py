@@ -122,11 +122,11 @@ def compared(task: str, grids_a: Sequence[Sequence[InstanceRecord]],
 
 
 def merged_rows(old_page: str, first_column: str, rows: Sequence[dict[str, object]],
-                columns: Sequence[str]) -> list[str]:
+                columns: Sequence[str], key_until: str = "grids") -> list[str]:
     """The table lines of ``rows`` merged into the page's earlier table whose header starts with ``first_column``:
-    each earlier line kept in place unless a row of the same key (every column before the grid count) replaces
+    each earlier line kept in place unless a row of the same key (every column before ``key_until``) replaces
     it, the other rows added after them."""
-    key_width = columns.index("grids")
+    key_width = columns.index(key_until)
     new = [markdown_table([row], columns).splitlines()[2] for row in rows]
     def key(line: str) -> tuple[str, ...]:
         return tuple(cell.strip() for cell in line.strip().strip("|").split("|")[:key_width])

@@ -27,7 +27,8 @@ today's ``balanced``) is the fairer reference for a configuration that searches 
 ``translate_agreement_<NAME>.md``.
 
 Writes ``bench/results/translate_agreement.md`` and keeps the es + pt logs under
-``bench/results/quality_latency/translate_es_pt/<config>/instances.log``.
+``bench/results/quality_latency/translate_es_pt/<config>/instances.log``. The page's earlier rows stay (as
+``bench/pooled_grids.py`` keeps its own): a row this run computes again replaces its line, a new one is added.
 
 ``--per-language ESPT=DEFR,...`` runs nothing and writes ``translate_agreement_per_language_<reference>.md``: the
 agreement of each named configuration with the reference, language by language (es and pt from the es + pt log
@@ -54,7 +55,7 @@ from simulst.evaluation.quality import bleu, chrf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATA, load_average, machine_note, markdown_table, write_report
-from pooled_grids import pooled_interval
+from pooled_grids import merged_rows, pooled_interval
 from quality_latency import RESULTS, configs, explored, parse_variant, run
 
 LANGS = ("es", "pt")
@@ -254,7 +255,9 @@ def main() -> None:
         + "\n".join(run_notes) + "\n\n"
     )
     columns = ["data", "config", "n", "BLEU_vs_offline", "chrF_vs_offline", "BLEU_vs_reference"]
-    write_report(page, header + markdown_table(rows, columns))
+    old = page.read_text(encoding="utf-8") if page.is_file() else ""
+    lines = merged_rows(old, "data", rows, columns, key_until="n")  # (the rows of earlier runs stay)
+    write_report(page, header + markdown_table([], columns) + "\n" + "\n".join(lines))
     print(page.read_text(encoding="utf-8"))
 
 

@@ -41,3 +41,11 @@ def test_a_page_without_that_table_gets_the_rows_alone() -> None:
     rows = [_row("a", "b", 1.0)]
     assert merged_rows("", "task", rows, COLUMNS) == ["| translate | a | b | 2 | 20 | 1.000 |"]
     assert merged_rows(PAGE, "set", [], ["set", *COLUMNS[1:]]) == []
+
+
+def test_the_key_may_end_at_another_column() -> None:
+    # (bench/translate_agreement.py keys its rows by data set and config: the columns before its count "n")
+    rows = [{"task": "translate", "A": "old,old-grid-1", "B": "other", "grids": 2, "n": 20, "BLEU_A": 9.0}]
+    merged = merged_rows(PAGE, "task", rows, COLUMNS, key_until="B")
+    assert merged == ["| translate | old,old-grid-1 | other | 2 | 20 | 9.000 |",  # both earlier rows share the key
+                      "| translate | old,old-grid-1 | y,y-grid-1 | 2 | 20 | 15.000 |"]
