@@ -4,6 +4,7 @@ response format, the prompt, cancelling on disconnect, ``/v1/models/{id}``, and 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from simulst.server.openai_api import MAX_PROMPT_TOKENS, compression_ratio, segm
 from simulst.server.openai_api import words as words_of
 from simulst.server.protocol import Limits, StartRequest
 from simulst.server.service import ServerConfig, Service
+from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.prompt import initial_prompt
 from simulst.streaming.session import Session
 from simulst.types import Emission, Word
@@ -193,15 +195,20 @@ def test_a_long_prompt_keeps_its_end(model: WhisperModel, jfk: np.ndarray) -> No
 
 
 def test_a_stream_opened_with_a_prompt_decodes_as_one_seeded_with_it(model: WhisperModel, jfk: np.ndarray) -> None:
-    """The endpoints open their stream with the prompt (``StartRequest.prompt``): the same decoder prompts and text
-    as the stream given it once open; without one, the stream's own previous text alone."""
+    """The endpoints open their stream with the prompt (``StartRequest.prompt``, into ``StreamOptions.prompt``):
+    the same decoder prompts and text as the stream given it once open, as a stream opened with options holding
+    it (the command line's ``--prompt``) and as a server whose options hold it (a client's empty prompt keeps
+    it); without one, the stream's own previous text alone."""
     text = "President Kennedy's inaugural address."
     service = Service(model, ServerConfig())
     seeded = service.open(StartRequest()).stream
     assert isinstance(seeded, Session)
     seeded.prompt.initial = initial_prompt(model, text)  # (given once open, before any decode)
+    with_prompt = dataclasses.replace(ServerConfig().options, prompt=text)
     streams = {"seeded": seeded, "opened": service.open(StartRequest(prompt=text)).stream,
-               "plain": service.open(StartRequest()).stream}
+               "plain": service.open(StartRequest()).stream,
+               "options": SpeechEngine(model).open(with_prompt, catch_up=True),  # (simulst transcribe --prompt)
+               "server's": Service(model, ServerConfig(options=with_prompt)).open(StartRequest(prompt="")).stream}
     prompts: dict[str, list[tuple[int, ...]]] = {name: [] for name in streams}
     for pos in range(0, RATE * 6, RATE):
         for name, stream in streams.items():
@@ -209,7 +216,8 @@ def test_a_stream_opened_with_a_prompt_decodes_as_one_seeded_with_it(model: Whis
             prompts[name].append(tuple(stream.decoder.last.prompt))  # type: ignore[attr-defined]
     for stream in streams.values():
         stream.finish()
-    assert prompts["opened"] == prompts["seeded"] and streams["opened"].text == streams["seeded"].text
+    for name in ("opened", "options", "server's"):
+        assert prompts[name] == prompts["seeded"] and streams[name].text == streams["seeded"].text, name
     carried = tuple(model.tokenizer.encode(" " + text))
     assert all(p[1 : 1 + len(carried)] == carried for p in prompts["opened"])
     assert not any(p[1 : 1 + len(carried)] == carried for p in prompts["plain"])

@@ -44,7 +44,7 @@ FLAGS = """--model --language --window --window-pad-ms --window-min-ms --precisi
 --early-logprob-threshold --word-logprob-threshold --loop-guard --no-loop-guard --hold-sentence-end
 --no-hold-sentence-end --punctuate-held-end --no-punctuate-held-end --segment-s --max-buffer-s
 --context-tokens --context-scope --vad --vad-threshold --vad-pause-ms --context-reset-s --ctc-threshold --ctc-head
---ctc-weight --ctc-odds --final-beam --reencode-s""".split()
+--ctc-weight --ctc-odds --final-beam --reencode-s --prompt""".split()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -83,7 +83,7 @@ def test_every_flag_builds_its_field() -> None:
         "--no-speech-threshold", "none", "--logprob-threshold", "-2", "--early-logprob-threshold", "none",
         "--no-loop-guard", "--no-hold-sentence-end", "--no-punctuate-held-end",
         "--segment-s", "6", "--max-buffer-s", "9", "--context-tokens", "0",
-        "--context-scope", "all",
+        "--context-scope", "all", "--prompt", "Kennedy's inaugural address.",
         "--vad", "--vad-threshold", "0.4", "--vad-pause-ms", "800", "--context-reset-s", "3", "--normalize-peak", "off",
         "--reencode-s", "1.5",
         "--window", "full", "--window-pad-ms", "0", "--window-min-ms", "0", "--precision", "int8",
@@ -95,7 +95,8 @@ def test_every_flag_builds_its_field() -> None:
         search=SearchOptions("beam", beam=3, length_penalty=0.5, max_new_tokens=20, repetition_detection=True,
                              carry_over=True, ctc_weight=0.2, draft=False, final_beam=4),
         no_speech_threshold=None, logprob_threshold=-2.0, early_logprob_threshold=None, loop_guard=False,
-        segment_s=6.0, max_buffer_s=9.0, context_tokens=0, context_scope="all", vad=True, vad_threshold=0.4,
+        segment_s=6.0, max_buffer_s=9.0, context_tokens=0, context_scope="all", prompt="Kennedy's inaugural address.",
+        vad=True, vad_threshold=0.4,
         vad_pause_ms=800.0, context_reset_s=3.0, normalize_peak=None, reencode_s=1.5,
     )
     assert model_options_from_args(args, task="translate") == ModelOptions(

@@ -151,6 +151,7 @@ START = json.dumps({"type": "start"})
     ([json.dumps({"type": "start", "chunk_ms": 1})], "chunk_ms must be"),
     ([json.dumps({"type": "start", "policy": "la-x"})], "unknown policy"),
     ([json.dumps({"type": "start", "colour": "red"})], "unknown start field"),
+    ([json.dumps({"type": "start", "prompt": ["Kennedy"]})], "prompt must be a string"),
     ([json.dumps({"type": "start", "task": "translate"})], "English-only"),
     ([json.dumps({"type": "start", "policy": "ctc"})], "CTC head"),
     ([json.dumps({"type": "start", "to": "es", "language": "auto"})], "needs the source language"),

@@ -369,6 +369,10 @@ def test_options_are_validated() -> None:
     with pytest.raises(OptionError):
         StreamOptions(initial_wait_ms=-1)
     with pytest.raises(OptionError):
+        StreamOptions(prompt="  ")  # (a prompt holds some text; none is None)
+    with pytest.raises(OptionError, match="takes no prompt"):
+        Session(ToySpeechModel(), StreamOptions(prompt="the cat"))  # (a model without previous text)
+    with pytest.raises(OptionError):
         SearchOptions("viterbi")
     with pytest.raises(OptionError):
         SearchOptions("beam", beam=0)

@@ -85,6 +85,11 @@ class StreamOptions:
             ``sentence`` when the model transcribes, ``all`` when it translates (:meth:`context_in_force`). Why: a
             transcribing Whisper copies earlier sentences from the prompt into the next, while a translation keeps
             together with the whole prompt (``bench/results/longform.md``).
+        prompt: text said before the stream's audio (openai-whisper's ``initial_prompt``; an OpenAI request's
+            ``prompt``): carried into every decode as previous text, before the stream's own
+            (:mod:`simulst.streaming.prompt`). Why: a user names what the audio will say (a speaker's name, the
+            terms of a field) so the model spells it so. A model without previous-text conditioning refuses it
+            (``OptionError`` when the stream opens). None: none.
         vad: voice activity detection (Silero VAD, :mod:`simulst.audio.vad`): chunks are not decoded while the
             buffer holds no speech (and that silence is dropped); when speech ends (a pause of ``vad_pause_ms``),
             the segment's best hypothesis is committed whole and the buffer emptied; after a pause of
@@ -153,6 +158,10 @@ class StreamOptions:
         "--context-scope", "which of them: all, or only those of the sentence the buffer starts in (cut off by a "
         "mid-sentence trim); auto: sentence when transcribing (a transcribing Whisper copies earlier sentences "
         "from the prompt), all when translating", group=LONG_FORM, choices=CONTEXT_SCOPES))
+    prompt: str | None = field(default=None, metadata=flag(
+        "--prompt", "text said before the audio (names, terms, the style of the text): it conditions every decode "
+        "as Whisper's previous text, before the stream's own (its last 223 tokens)", group=LONG_FORM,
+        metavar="TEXT"))
     vad: bool = field(default=False, metadata=flag(
         "--vad", "voice activity detection (Silero VAD): no decoding of silence, a segment is committed when "
         "speech pauses, the context starts afresh after a long pause", group=LONG_FORM))
@@ -196,6 +205,8 @@ class StreamOptions:
                               "long as the segment")
         if not isinstance(self.context_tokens, int) or self.context_tokens < 0:
             raise OptionError(f"previous-text context must be >= 0 tokens, got {self.context_tokens!r}")
+        if self.prompt is not None and (not isinstance(self.prompt, str) or not self.prompt.strip()):
+            raise OptionError(f"the prompt must hold some text, got {self.prompt!r}")
         if self.context_scope not in CONTEXT_SCOPES:
             raise OptionError(f"the context scope is one of {', '.join(CONTEXT_SCOPES)}, got {self.context_scope!r}")
         if not 0.0 < self.vad_threshold < 1.0:

@@ -100,11 +100,12 @@ class StartRequest:
     vad: bool | None = None
     speech: bool = False
     format: str = "pcm16"
-    prompt: str | None = None  # text said before the audio (the OpenAI endpoints' prompt; not a start field)
+    prompt: str | None = None  # text said before the audio (StreamOptions.prompt; the OpenAI endpoints' prompt)
 
 
 _START_FIELDS = {"type", "sample_rate", "task", "language", "to", "policy", "chunk_ms", "vad", "speech", "token",
-                 "format"}
+                 "format", "prompt"}
+MAX_PROMPT_CHARS = 4096  # (a prompt's last 223 tokens condition the decoder: a longer text is refused, not read)
 FORMATS = ("pcm16", "webm", "ogg")  # the audio a client sends: raw 16-bit PCM, or a container stream
 
 
@@ -154,7 +155,10 @@ def parse_start(message: dict[str, Any], limits: Limits) -> StartRequest:
     audio_format = message.get("format", "pcm16")
     if audio_format not in FORMATS:
         raise ProtocolError(f"format must be one of {', '.join(FORMATS)}, got {audio_format!r}")
-    return StartRequest(rate, task, language, to, policy, chunk, vad, speech, audio_format)
+    prompt = message.get("prompt")
+    if prompt is not None and (not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS):
+        raise ProtocolError(f"prompt must be a string of at most {MAX_PROMPT_CHARS} characters")
+    return StartRequest(rate, task, language, to, policy, chunk, vad, speech, audio_format, prompt or None)
 
 
 def _optional_text(message: dict[str, Any], key: str) -> str | None:

@@ -67,7 +67,7 @@ from simulst.audio.vad import VoiceActivity
 from simulst.errors import SimulstError
 from simulst.server import accesslog
 from simulst.server.access import authorized, bearer, origin_allowed, subprotocol_token
-from simulst.server.protocol import ProtocolError, StartRequest
+from simulst.server.protocol import MAX_PROMPT_CHARS, ProtocolError, StartRequest
 from simulst.server.scheduler import Audio, Message, Slot
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.streaming.session import Session
@@ -83,7 +83,6 @@ ENCODINGS = ("audio/pcm", "audio/pcmu", "audio/pcma")
 KEY_SUBPROTOCOL = "openai-insecure-api-key."  # a browser's API key, offered as a subprotocol (OpenAI's way)
 MIN_COMMIT_MS = 100.0  # OpenAI refuses to commit less audio
 IDLE_S = 60.0  # a session that sends nothing for this long is closed
-MAX_PROMPT_CHARS = 4096
 NORMAL, GOING_AWAY, POLICY, SERVER_ERROR, TRY_LATER = 1000, 1001, 1008, 1011, 1013
 _sessions = itertools.count(1)
 

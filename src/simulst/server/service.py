@@ -36,7 +36,8 @@ class ServerConfig:
 
     Attributes:
         model_name: the name clients see (and may pass as ``model`` to the OpenAI endpoints).
-        options: every stream's options; a ``start`` message may change ``chunk_ms``, ``policy`` and ``vad``.
+        options: every stream's options; a ``start`` message may change ``chunk_ms``, ``policy``, ``vad`` and
+            ``prompt`` (an empty one keeps the server's).
         translate_options: the options of the streams whose task is ``translate`` (Whisper's X → English: the
             translate ``--latency`` preset); None: ``options``.
         limits: what clients may send.
@@ -133,6 +134,8 @@ class Service:
             changes["policy"] = PolicyOptions.parse(start.policy)
         if start.vad is not None:
             changes["vad"] = start.vad
+        if start.prompt and start.prompt.strip():  # (an empty prompt: the server's own, if any)
+            changes["prompt"] = start.prompt
         options = dataclasses.replace(options, **changes)
         if options.policy.needs_ctc_head and getattr(self.model, "ctc_head", None) is None:
             raise OptionError(f"policy {options.policy} needs a CTC head, and this server's model has none "
@@ -151,8 +154,6 @@ class Service:
         if start.to:
             if start.task != "transcribe":
                 raise OptionError('a cascade ("to") translates the transcript: use task "transcribe" with it')
-            if start.prompt:
-                raise OptionError('a cascade ("to") takes no prompt')
             source = cascade_source(language)
             asr = self.runner.view(self._variant(source, "transcribe"))
             cascade = CascadeSession(asr, self._mt(source, start.to), options, catch_up=True)
@@ -162,7 +163,7 @@ class Service:
             raise OptionError('speech output needs a cascade into a target language ("to")')
         model = self.runner.view(self._variant(language, start.task))
         channel = "target" if start.task == "translate" else "source"
-        return OpenedStream(Session(model, options, catch_up=True, prompt=start.prompt), (channel,))
+        return OpenedStream(Session(model, options, catch_up=True), (channel,))
 
     def _variant(self, language: str | None, task: str) -> SpeechModel:
         model = self.model

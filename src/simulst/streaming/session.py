@@ -76,12 +76,9 @@ class Session(OutputView):
         options: chunking, search and policy options.
         catch_up: when several chunk boundaries are pending at a push, decode only once, at the latest
             (real-time use: a slow model reads bigger chunks instead of falling further behind).
-        prompt: text said before the stream's audio, carried as previous text into every decode
-            (:func:`~simulst.streaming.prompt.initial_prompt`; None: none). Raises ``OptionError`` for a model
-            that takes no previous text.
-
     Raises ``OptionError`` when the options' segment or buffer is longer than the model's window
-    (:func:`check_window`).
+    (:func:`check_window`), or when they hold a prompt and the model takes no previous text
+    (:func:`~simulst.streaming.prompt.initial_prompt`).
 
     Streams of any length: the model sees a bounded :class:`~simulst.streaming.buffer.AudioBuffer`, trimmed behind
     committed text; the committed tokens before it become the previous-text prompt.
@@ -89,8 +86,7 @@ class Session(OutputView):
 
     state: StreamState
 
-    def __init__(self, model: SpeechModel, options: StreamOptions | None = None, catch_up: bool = False,
-                 prompt: str | None = None) -> None:
+    def __init__(self, model: SpeechModel, options: StreamOptions | None = None, catch_up: bool = False) -> None:
         self.model = model
         self.options = options = options or StreamOptions()
         check_window(options, model)
@@ -107,7 +103,7 @@ class Session(OutputView):
         translates = isinstance(model, TaskedModel) and model.task == "translate"
         self.guards = Guards(options, translates, self.buffer.segment)
         self.prompt = PromptBuilder(options.context_tokens, options.context_in_force(translates),
-                                    initial_prompt(model, prompt) if prompt else ())
+                                    initial_prompt(model, options.prompt) if options.prompt else ())
         first = options.initial_wait_ms or options.chunk_ms
         self.state = st = StreamState(next_decode=max(1, round(first * rate / 1000)))
         searcher = make_searcher(options.search, self.policy.stop_rule())
