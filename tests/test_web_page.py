@@ -35,14 +35,24 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
+STARTS: list[object] = []  # the start requests the page's server opened streams for
+
+
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    """``http://127.0.0.1:PORT`` of an in-process server with the real model."""
+    """``http://127.0.0.1:PORT`` of an in-process server with the real model (its start requests go to
+    :data:`STARTS`)."""
     from simulst.models.loading import load_model
     from simulst.server.app import create_app
-    from simulst.server.service import ServerConfig, Service
+    from simulst.server.protocol import StartRequest
+    from simulst.server.service import OpenedStream, ServerConfig, Service
 
-    with serving(create_app(Service(load_model(), ServerConfig()))) as running:
+    class Recording(Service):
+        def open(self, start: StartRequest) -> OpenedStream:
+            STARTS.append(start)
+            return super().open(start)
+
+    with serving(create_app(Recording(load_model(), ServerConfig()))) as running:
         yield running.http
 
 
@@ -161,9 +171,12 @@ def test_microphone_captions(browser: webdriver.Chrome, server_url: str, tmp_pat
 
 
 def test_file_captions(browser: webdriver.Chrome, server_url: str) -> None:
-    """A chosen file, sent at real-time pace, → captions; the stream ends by itself at the file's end."""
+    """A chosen file, sent at real-time pace, → captions; the stream ends by itself at the file's end. The prompt
+    typed in the page goes in the start message."""
     _open_page(browser, server_url)
     browser.find_element(By.ID, "file").send_keys(str(JFK))
+    browser.find_element(By.ID, "prompt").send_keys("  President Kennedy's inaugural address. ")
+    STARTS.clear()
     assert browser.find_element(By.ID, "source-file").is_selected()  # choosing a file selects the file input
     started = time.monotonic()
     browser.find_element(By.ID, "start").click()
@@ -174,6 +187,7 @@ def test_file_captions(browser: webdriver.Chrome, server_url: str) -> None:
     final = _words(browser.find_element(By.ID, "final").text)
     assert final.startswith("and so my fellow americans") and PHRASE.search(final), final
     _latency_ms(browser)
+    assert [getattr(start, "prompt", None) for start in STARTS] == ["President Kennedy's inaugural address."]
 
 
 def test_token_entered_in_the_page(browser: webdriver.Chrome, token_server_url: str) -> None:

@@ -66,6 +66,8 @@ function startMessage() {
     }
     message.chunk_ms = chunk;
   }
+  const prompt = $("prompt").value.trim();
+  if (prompt) message.prompt = prompt;
   return message;
 }
 
