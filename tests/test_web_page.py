@@ -34,7 +34,6 @@ from selenium.webdriver.chrome.service import Service as ChromeService  # noqa: 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-
 STARTS: list[object] = []  # the start requests the page's server opened streams for
 
 
