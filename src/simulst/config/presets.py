@@ -207,10 +207,15 @@ _BFLOAT16 = {"encoder_precision": "auto", "precision": "auto"}
 # reads a full stop there. On the long-form dev sets over three chunk grids fewer errors - on the talk of every
 # English dev utterance once, by an interval that excludes zero - its words no later on the talks and about 0.1 s
 # later on the LibriSpeech readings (the held marks later still); on the short dev utterances the same WER at the
-# same delay (bench/results/longform_phases_hold_mark_mix/, quality_latency_grids.md). Translating, over the VAD and
-# the loop fallback, no difference an interval tells from zero but a loss on the French dev talk
-# (longform_phases_hold_mark_translate_vad/). low and accurate, measured with it on that talk, read no difference an
-# interval tells from zero (longform_phases_hold_mark_mix/low/, accurate/): they commit a full stop at once.
+# same delay (bench/results/longform_phases_hold_mark_mix/, quality_latency_grids.md). low and accurate, measured
+# with it on that talk, read no difference an interval tells from zero (longform_phases_hold_mark_mix/low/,
+# accurate/): they commit a full stop at once. A translation's balanced point holds them too (without the mark
+# written in their place, which read less BLEU): on the dev utterances over three chunk grids more chrF by an
+# interval that excludes zero (BLEU by one that holds it) at the same delay, on the German and French dev talks no
+# difference an interval tells from zero either way, the same delay; on the Spanish and Portuguese utterances closer
+# to offline decoding, by an interval that excludes zero (bench/results/longform_phases_hold_translate/). On
+# 2026-12-01 the French dev talk had lost by one that excluded zero (one grid's sentence written twice), which the
+# code of 2026-12-02 no longer does (longform_phases_hold_mark_translate_vad/).
 _HOLDS_SENTENCE_END = {"hold_sentence_end": True}
 # ... and while it holds one, a chunk's search writes a punctuation mark there first, its kind open: free to write
 # none, a decode after the pause ran the clauses together in words not said ("fellow Americans asked not" for
@@ -243,12 +248,15 @@ _ALL = (
            "agree (LA-2), a sentence end committed at once",
            {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_WHOLE_WINDOW, **_BFLOAT16}),
     Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
-           {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE}),
+           {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE, **_NO_HOLD}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement, "
-           "a segment committed at a pause of 1.5 s (VAD): near offline quality within 2 s",
-           {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE}),
+           "a segment committed at a pause of 1.5 s (VAD), a sentence end committed with the word after it: near "
+           "offline quality within 2 s",
+           {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
+            **_HOLDS_SENTENCE_END, "punctuate_held_end": False}),
     Preset("translate", "accurate", "as balanced without the VAD, a commit when the best hypotheses of two chunks "
-           "agree (LA-2)", {"chunk_ms": 1000.0, **_BEAM_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE}),
+           "agree (LA-2), a sentence end committed at once",
+           {"chunk_ms": 1000.0, **_BEAM_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE, **_NO_HOLD}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
