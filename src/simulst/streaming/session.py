@@ -76,6 +76,7 @@ class Session(OutputView):
         options: chunking, search and policy options.
         catch_up: when several chunk boundaries are pending at a push, decode only once, at the latest
             (real-time use: a slow model reads bigger chunks instead of falling further behind).
+
     Raises ``OptionError`` when the options' segment or buffer is longer than the model's window
     (:func:`check_window`), or when they hold a prompt and the model takes no previous text
     (:func:`~simulst.streaming.prompt.initial_prompt`).
