@@ -240,8 +240,8 @@ def main() -> None:
         if str(row["data"]).startswith("de+fr") and config in dev:
             row["BLEU_vs_reference"] = bleu([r.prediction for r in dev[config]], references)
     page = RESULTS / ("translate_agreement.md" if reference == "offline" else f"translate_agreement_{reference}.md")
-    run_notes = [line for line in (page.read_text(encoding="utf-8") if page.is_file() else "").splitlines()
-                 if line.startswith("* Run")]
+    old = page.read_text(encoding="utf-8") if page.is_file() else ""
+    run_notes = [line for line in old.splitlines() if line.startswith("* Run")]
     if not args.rescore and to_run:
         run_notes.append(f"* Run {len(run_notes) + 1}: {', '.join(to_run)}: {machine_note(load_before)}.")
     header = (
@@ -255,7 +255,6 @@ def main() -> None:
         + "\n".join(run_notes) + "\n\n"
     )
     columns = ["data", "config", "n", "BLEU_vs_offline", "chrF_vs_offline", "BLEU_vs_reference"]
-    old = page.read_text(encoding="utf-8") if page.is_file() else ""
     lines = merged_rows(old, "data", rows, columns, key_until="n")  # (the rows of earlier runs stay)
     write_report(page, header + markdown_table([], columns) + "\n" + "\n".join(lines))
     print(page.read_text(encoding="utf-8"))
