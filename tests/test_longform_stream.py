@@ -27,7 +27,7 @@ from simulst.streaming.segmenter import VadSegmenter
 from simulst.streaming.session import Session
 from simulst.types import Costs
 from tests.shared_assets import DATA, JFK, JFK_PHRASE, needs_shared
-from tests.toy import EOS, ScriptedMT, ToySpeechModel, ToyState
+from tests.toy import EOS, ScriptedMT, ToySpeechModel, ToyState, ToyTokenizer
 
 # ----------------------------------------------------------------------------------------- the loop guard
 
@@ -192,9 +192,60 @@ class TimedToy(ToySpeechModel):
         return list(tokens[-limit:])
 
 
+class RecitingToy(TimedToy):
+    """The timed toy with a vocabulary that encodes words: prompted with the initial prompt "good morning
+    everyone", a decode of a buffer with nothing committed in it first writes " good morning" (Whisper reciting its
+    prompt) unless the speaker says those words (``says``: the sentence starts with them)."""
+
+    def __init__(self, says: bool = False) -> None:
+        super().__init__(("good morning " if says else "") + "the cat sat on the mat .")
+        self.tokenizer = WordToyTokenizer([*self.tokenizer.pieces, " everyone"]
+                                          + ([] if says else [" good", " morning"]))
+        self.vocab_size = len(self.tokenizer.pieces)
+        self.lead = [] if says else self.tokenizer.encode("good morning")
+        self.prompted = False
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs,
+              prompt: Sequence[int] | None = None) -> tuple[torch.Tensor, ToyState]:
+        self.prompted = self.tokenizer.encode("everyone")[0] in (prompt or ())
+        return super().start(enc, prefix, costs, prompt)
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        lead = self.lead if self.prompted else []
+        if len(tokens) < len(lead) and list(tokens) == lead[: len(tokens)]:
+            return {lead[len(tokens)]: 0.9, EOS: 0.1}
+        if lead and list(tokens[: len(lead)]) == lead:
+            tokens = tokens[len(lead) :]
+        return super()._next(tokens, audio_samples)
+
+
+class WordToyTokenizer(ToyTokenizer):
+    """The toy tokenizer with one token a word: it encodes text too."""
+
+    def encode(self, text: str) -> list[int]:
+        return [self.pieces.index(" " + word) for word in text.split()]
+
+
 def test_the_toys_are_what_they_claim() -> None:
     assert isinstance(TimedToy(), TokenTimer) and isinstance(TimedToy(), PreviousTextPrompter)
     assert not isinstance(ToySpeechModel(), TokenTimer)
+
+
+def test_a_decode_that_recites_the_initial_prompt_is_searched_again_without_it() -> None:
+    options = StreamOptions(chunk_ms=1000, segment_s=10, max_buffer_s=16, prompt="good morning everyone")
+    reciting = RecitingToy()
+    enc = reciting.encode(_speech(2), Costs())
+    reciting.start(enc, (), Costs(), reciting.tokenizer.encode("good morning everyone"))
+    assert reciting.table((), 2000) == {reciting.lead[0]: 0.9, EOS: 0.1}  # (the toy recites when so prompted)
+    session = Session(reciting, options)
+    _check_stream(session, _speech(6), [1000] * 6)
+    assert session.text == "the cat sat on the mat ."
+    assert session.costs.extra["prompt_recitals"] >= 1 and "prompt_recitals_said" not in session.costs.extra
+    # words of the prompt the speaker says are kept: the decode without the prompt says them too
+    session = Session(RecitingToy(says=True), options)
+    _check_stream(session, _speech(7), [1000] * 7)
+    assert session.text == "good morning the cat sat on the mat ."
+    assert session.costs.extra["prompt_recitals_said"] >= 1 and "prompt_recitals" not in session.costs.extra
 
 
 # ----------------------------------------------------------------------------------------- sessions over trims

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from simulst.audio.vad import VoiceEvent
 from simulst.config import StreamOptions
-from simulst.sequences import first_loop
+from simulst.sequences import first_loop, longest_shared_run
 from simulst.streaming.buffer import MIN_TAIL_S, SKIPPED_START_S, AudioBuffer
 from simulst.streaming.decoding import Decoded, DecodeReason
-from simulst.streaming.guards import Guards
+from simulst.streaming.guards import Guards, recital_words
 from simulst.streaming.prompt import MAX_PREVIOUS_TOKENS, PromptBuilder
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.types import Costs, Hypothesis
@@ -295,6 +295,52 @@ def test_an_initial_prompt_goes_first_and_the_context_fills_what_is_left_of_the_
     near = PromptBuilder(context_tokens=4, scope="all", initial=tuple(range(1000, 1000 + MAX_PREVIOUS_TOKENS - 2)))
     near.fixed = (50, 51)
     assert near.build(PromptedModel(), before) == (99, *near.initial, 4, 5, 50, 51)  # the context's last 2 fit
+
+
+def test_an_initial_prompt_can_be_left_out_of_a_decode() -> None:
+    builder = PromptBuilder(context_tokens=4, scope="all", initial=(7, 8))
+    builder.fixed = (50, 51)
+    assert builder.build(PromptedModel(), [1, 2], initial=False) == (99, 1, 2, 50, 51)  # the context alone
+    assert builder.build(PromptedModel(), [], initial=False) == (50, 51)
+
+
+# ------------------------------------------------------------------------------------------------ recital
+
+SPOKEN = ToyTokenizer(["<eos>", " Good", " morning", ",", " everyone", ".", " After", " the", " war", " good"])
+
+
+def test_the_longest_shared_run_hand_worked() -> None:
+    assert longest_shared_run("xabcy", "abcab") == (1, 3)  # "abc"
+    assert longest_shared_run("abab", "ba") == (1, 2)  # the earliest of the longest ("ba" at 1)
+    assert longest_shared_run("xyz", "abc") == (0, 0)
+    assert longest_shared_run("", "abc") == (0, 0)
+
+
+@given(st.lists(st.integers(0, 3), max_size=8), st.lists(st.integers(0, 3), max_size=8))
+def test_the_longest_shared_run_is_shared_and_longest(items: list[int], source: list[int]) -> None:
+    start, length = longest_shared_run(items, source)
+    run = items[start : start + length]
+    assert any(source[j : j + length] == run for j in range(len(source) - length + 1))
+    assert not any(items[i : i + length + 1] == source[j : j + length + 1]
+                   for i in range(len(items) - length) for j in range(len(source) - length))
+
+
+def test_a_recital_is_a_run_of_the_prompt_that_long() -> None:
+    assert [recital_words(n) for n in (1, 2, 3, 4, 5, 6, 40)] == [2, 2, 2, 3, 4, 4, 4]
+    prompt = [1, 2, 3, 4, 5]  # " Good morning, everyone." (3 words: a run of 2 is a recital)
+    assert Guards.recital([1, 2, 5], prompt, SPOKEN) == ["good", "morning"]  # " Good morning."
+    assert Guards.recital([6, 7, 8, 9, 2], prompt, SPOKEN) == ["good", "morning"]  # (case and marks aside)
+    assert Guards.recital([6, 7, 8, 9], prompt, SPOKEN) == []  # one word of it: no recital
+    assert Guards.recital([1, 2, 5], [], SPOKEN) == []  # no initial prompt
+    assert Guards.recital([1, 2], [1, 2], SPOKEN) == ["good", "morning"]  # all of a 2-word prompt
+
+
+def test_a_recital_is_echoed_when_the_decode_without_the_prompt_says_half_its_words() -> None:
+    recital = ["good", "morning"]
+    assert Guards.echoes(recital, [9, 3, 6], SPOKEN)  # " good, After": one of two
+    assert Guards.echoes(recital, [1, 2, 5], SPOKEN)
+    assert not Guards.echoes(recital, [6, 7, 8], SPOKEN)  # " After the war"
+    assert not Guards.echoes(recital, [], SPOKEN)
 
 
 # ------------------------------------------------------------------------------------------------ VAD

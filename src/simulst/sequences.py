@@ -127,3 +127,19 @@ def repeated_share(before: Sequence[Hashable], items: Sequence[Hashable]) -> flo
         repeated += pair in seen
         seen.add(pair)
     return repeated / len(pairs) if pairs else 0.0
+
+
+def longest_shared_run(items: Sequence[Hashable], source: Sequence[Hashable]) -> tuple[int, int]:
+    """The longest run of consecutive ``items`` that ``source`` also holds consecutively: (its start in ``items``,
+    its length); (0, 0) when they share nothing. The earliest such run when several are as long."""
+    best_start, best_length = 0, 0
+    previous = [0] * (len(source) + 1)  # previous[j + 1]: the run ending at the item before and at source[j]
+    for i, item in enumerate(items):
+        current = [0] * (len(source) + 1)
+        for j, other in enumerate(source):
+            if item == other:
+                current[j + 1] = previous[j] + 1
+                if current[j + 1] > best_length:
+                    best_start, best_length = i - current[j + 1] + 1, current[j + 1]
+        previous = current
+    return best_start, best_length

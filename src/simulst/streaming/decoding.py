@@ -20,6 +20,7 @@ to the pause (:func:`~simulst.models.timing.snapped_spans`: DTW leaves a pause t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import math
@@ -237,7 +238,11 @@ class ChunkDecoder:
         return [(ms(decoded.spans[i - base][0]), ms(decoded.spans[i - base][1])) for i in range(first, last)]
 
     def _search(self, audio: np.ndarray, read: int, reason: DecodeReason, enc: Encoded | None = None,
-                block_loops: bool = False, next_tokens: tuple[int, ...] | None = None) -> Decoded:
+                block_loops: bool = False, next_tokens: tuple[int, ...] | None = None,
+                initial: bool = True) -> Decoded:
+        """Search the buffer's ``audio`` (``initial``: prompted with the initial prompt, if any). A search whose
+        best hypothesis recites the initial prompt (:meth:`Guards.recital`) is done again without it, and that
+        one is the decode unless it says the recited words too (:meth:`Guards.echoes`; counted either way)."""
         committed, costs = self.output.committed, self.costs
         if enc is None:
             enc = self.model.encode(normalize_level(audio, self.options.normalize_peak), costs, self.encoded,
@@ -251,7 +256,7 @@ class ChunkDecoder:
             return Decoded(read, [], enc)
         self.prompt.pin(self.model, enc, costs)
         before = tuple(committed[:base])
-        prompt = self.prompt.build(self.model, before)
+        prompt = self.prompt.build(self.model, before, initial)
         prefix = tuple(committed[base:])
         query = Query(enc, prefix, self._max_new(audio, len(prefix)), reason.commits_whole, prompt,
                       draft=() if block_loops else self._draft(),  # (a draft is taken unscored: unblocked)
@@ -262,6 +267,18 @@ class ChunkDecoder:
         hyps = searcher.search(self.model, query, self.search, costs)
         if not hyps:  # (the searcher judged the encoding to hold no speech)
             return Decoded(read, [], enc, prompt, self.buffer.offset, base)
+        tokenizer = self.model.tokenizer
+        recital = self.guards.recital(hyps[0].tokens[len(prefix) :], self.prompt.initial, tokenizer) \
+            if initial else []
+        if recital:
+            state = copy.deepcopy(self.search)  # (restored when the prompted search is kept)
+            unprompted = self._search(audio, read, reason, enc, block_loops, next_tokens, initial=False)
+            if not unprompted.hyps or not self.guards.echoes(recital, unprompted.hyps[0].tokens[len(committed) :],
+                                                             tokenizer):
+                costs.count("prompt_recitals")
+                return unprompted
+            costs.count("prompt_recitals_said")
+            self.search = state
         if before:  # the policies and the commit path see whole outputs
             hyps = [Hypothesis(before + h.tokens, h.score, h.finished, h.alignment, h.token_scores) for h in hyps]
         return Decoded(read, hyps, enc, prompt, self.buffer.offset, base, self.search.looped)

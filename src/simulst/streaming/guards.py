@@ -7,7 +7,9 @@
   speech in it;
 * unsure word: a chunk commits no word holding a token scored below a threshold (nor anything after it) until two
   consecutive decodes agree on it;
-* loop: no repetition loop is committed (:func:`~simulst.sequences.first_loop`).
+* loop: no repetition loop is committed (:func:`~simulst.sequences.first_loop`);
+* recital: a decode whose new text copies the initial prompt (:meth:`Guards.recital`) is searched again without
+  it, and that search is taken unless it says the copied words too (:meth:`Guards.echoes`).
 
 Which guard applies to which decode is the :class:`~simulst.streaming.decoding.DecodeReason`'s business.
 """
@@ -24,11 +26,13 @@ from simulst.audio.vad import holds_speech
 from simulst.config import StreamOptions
 from simulst.errors import ModelLoadError
 from simulst.models.base import Encoded, SpeechJudge, SpeechModel, Tokenizer
-from simulst.sequences import LOOP_LOOKBACK, first_loop, repeated_share
+from simulst.sequences import LOOP_LOOKBACK, first_loop, longest_shared_run, repeated_share
 from simulst.types import Costs, Hypothesis
 
 SAID_AGAIN = 0.5  # the share of a text's word pairs said before from which it counts as said again
 COPY_LEAD = 2  # tokens: how far a loop's cut moves back over words its copy repeats but for case and punctuation
+RECITAL_WORDS = 4  # words: a run of the initial prompt this long in a decode's new text is suspected of recital
+RECITAL_ECHO = 0.5  # the share of a suspected recital's words a decode without the prompt says when they were said
 
 
 class Guards:
@@ -146,10 +150,29 @@ class Guards:
         tokens were said before (:func:`~simulst.sequences.repeated_share`; the text before looked back on as far
         as the loop guard looks): a paraphrase of what came before, which Whisper writes where it reads audio it
         has transcribed already and may not loop."""
-        def words(tokens: Sequence[int]) -> list[str]:
-            return [w for w in map(_bare, tokenizer.decode(list(tokens)).split()) if w]
-        before = words(best[max(0, start - LOOP_LOOKBACK) : start])
-        return repeated_share(before, words(best[start:])) >= SAID_AGAIN
+        before = _words(best[max(0, start - LOOP_LOOKBACK) : start], tokenizer)
+        return repeated_share(before, _words(best[start:], tokenizer)) >= SAID_AGAIN
+
+    @staticmethod
+    def recital(new: Sequence[int], prompt: Sequence[int], tokenizer: Tokenizer) -> list[str]:
+        """The words of the text ``new`` (a decode's tokens after its committed ones) that copy the initial
+        ``prompt``: its longest run of consecutive words that the prompt also holds (compared without case and
+        punctuation), when that run is at least :func:`recital_words` long; empty: none.
+
+        Why: Whisper recites its previous-text prompt where the audio does not continue it (an initial prompt
+        "Good morning, everyone." read back as the text of German speech it was to translate)."""
+        if not prompt:
+            return []
+        said, source = _words(new, tokenizer), _words(prompt, tokenizer)
+        start, length = longest_shared_run(said, source)
+        return said[start : start + length] if length >= recital_words(len(source)) else []
+
+    @staticmethod
+    def echoes(recital: Sequence[str], new: Sequence[int], tokenizer: Tokenizer) -> bool:
+        """True when the text ``new`` (a decode without the initial prompt) says at least :data:`RECITAL_ECHO` of
+        the ``recital``'s words (:meth:`recital`): the speaker said them, however the prompt spells them."""
+        said = set(_words(new, tokenizer))
+        return sum(word in said for word in recital) >= RECITAL_ECHO * len(recital)
 
     def loop_only(self, best: Sequence[int], committed: int, tokenizer: Tokenizer) -> bool:
         """True when all of ``best``'s text past its ``committed`` tokens is a repetition loop: the loop guard
@@ -185,6 +208,18 @@ def _sure(best: Hypothesis, committed: int, threshold: float | None) -> bool:
     of at least ``threshold`` (None, or no such tokens: True)."""
     searched = len(best.tokens) - committed + int(best.finished)
     return threshold is None or searched <= 0 or best.score / searched >= threshold
+
+
+def recital_words(prompt_words: int) -> int:
+    """How many consecutive words of an initial prompt of ``prompt_words`` words a decode must copy to be suspected
+    of reciting it: :data:`RECITAL_WORDS`, all but one word of a shorter prompt, and never fewer than 2 (a word of
+    the prompt said, a name whose spelling it gives, is no recital)."""
+    return max(2, min(RECITAL_WORDS, prompt_words - 1))
+
+
+def _words(tokens: Sequence[int], tokenizer: Tokenizer) -> list[str]:
+    """The words of ``tokens``' text, lower-cased, their letters and digits alone (:func:`_bare`)."""
+    return [word for word in map(_bare, tokenizer.decode(list(tokens)).split()) if word]
 
 
 def _bare(text: str) -> str:

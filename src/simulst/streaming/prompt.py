@@ -65,13 +65,14 @@ class PromptBuilder:
             self.fixed = tuple(model.prompt(enc, costs))
         return self.fixed
 
-    def build(self, model: SpeechModel, before: Sequence[int]) -> tuple[int, ...]:
-        """The whole prompt of a decode whose buffer follows the committed tokens ``before`` (pinned first)."""
+    def build(self, model: SpeechModel, before: Sequence[int], initial: bool = True) -> tuple[int, ...]:
+        """The whole prompt of a decode whose buffer follows the committed tokens ``before`` (pinned first);
+        ``initial``: with the initial prompt (False: as if there were none)."""
         assert self.fixed is not None, "pin the fixed prompt first"
         earlier = self._context(model, before)
         if not isinstance(model, PreviousTextPrompter):
             return self.fixed
-        if self.initial:
+        if self.initial and initial:
             return (*self._carried(model, earlier), *self.fixed)
         if earlier:
             return (*model.previous_text(earlier, self.context_tokens), *self.fixed)
