@@ -204,6 +204,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # each chunk re-encodes only its last 2 s of audio (and the window's new silence): --reencode-s 2
     "reencode-2": ("balanced", {"reencode_s": 2.0}, {}),
     "reencode-5": ("balanced", {"reencode_s": 5.0}, {}),  # (translation: its last 5 s)
+    # a word holding a token scored below -2 is committed only when two decodes' best hypotheses agree on it
+    "word-2": ("balanced", {"word_logprob_threshold": -2.0}, {}),
+    "prompt-greeting": ("balanced", {"prompt": "Good morning, everyone."}, {}),  # (an initial prompt)
 }
 CLOCKS = ("simulated", "realtime")
 DEFAULT_RUNS = ("en:default,en:default@realtime,en:vad,en:vad-2s,en:context-all,en:context-0,en:vad-context-0,"
