@@ -311,7 +311,7 @@ SPOKEN = ToyTokenizer(["<eos>", " Good", " morning", ",", " everyone", ".", " Af
 
 def test_the_longest_shared_run_hand_worked() -> None:
     assert longest_shared_run("xabcy", "abcab") == (1, 3)  # "abc"
-    assert longest_shared_run("abab", "ba") == (1, 2)  # the earliest of the longest ("ba" at 1)
+    assert longest_shared_run("abxab", "ab") == (0, 2)  # the earliest of two as long
     assert longest_shared_run("xyz", "abc") == (0, 0)
     assert longest_shared_run("", "abc") == (0, 0)
 
