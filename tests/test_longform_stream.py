@@ -347,6 +347,44 @@ def test_a_timed_model_trims_behind_committed_sentences_and_keeps_the_text_as_co
     assert session.text.count("the cat sat on the mat .") >= 3
 
 
+class SlippingToy(TimedToy):
+    """The timed toy as a model that translates into English ("the cat sat on the mat ."), but which, prompted with
+    previous text, writes the source language ("le petit chat noir est assis sur le tapis rouge .")."""
+
+    task = "translate"
+
+    def __init__(self, task: str = "translate") -> None:
+        super().__init__()
+        english = self.target
+        self.task = task
+        self.tokenizer = WordToyTokenizer([*self.tokenizer.pieces, " le", " petit", " chat", " noir", " est",
+                                           " assis", " sur", " tapis", " rouge"])
+        self.vocab_size = len(self.tokenizer.pieces)
+        self.source = self.tokenizer.encode("le petit chat noir est assis sur le tapis rouge .")
+        self.english, self.prompted = english, False
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs,
+              prompt: Sequence[int] | None = None) -> tuple[torch.Tensor, ToyState]:
+        self.prompted = bool(prompt)
+        return super().start(enc, prefix, costs, prompt)
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        self.target = self.source if self.prompted else self.english
+        return super()._next(tokens, audio_samples)
+
+
+def test_a_translation_that_slips_into_the_source_language_starts_its_context_afresh() -> None:
+    options = StreamOptions(chunk_ms=1000, segment_s=6, max_buffer_s=12, loop_guard=False, context_scope="all")
+    session = Session(SlippingToy(), options)
+    _check_stream(session, _speech(40), [1000] * 40)
+    assert session.costs.extra["foreign_context_restarts"] >= 2  # (after each trim the context holds the text)
+    assert "petit" not in session.text and session.text.count("the cat sat on the mat .") >= 3
+    # a model that transcribes writes its source language: no guard
+    session = Session(SlippingToy(task="transcribe"), options)
+    _check_stream(session, _speech(40), [1000] * 40)
+    assert "foreign_context_restarts" not in session.costs.extra and "le petit chat noir" in session.text
+
+
 def test_every_trim_hands_the_freed_heap_back(monkeypatch: pytest.MonkeyPatch) -> None:
     # a long stream's heap fragments as its windows change size: each trim asks glibc for the free pages back
     import simulst.streaming.session as session_module

@@ -8,6 +8,8 @@
 * unsure word: a chunk commits no word holding a token scored below a threshold (nor anything after it) until two
   consecutive decodes agree on it;
 * loop: no repetition loop is committed (:func:`~simulst.sequences.first_loop`);
+* source language: translating into English, a decode whose new text reads as no English (:meth:`Guards.foreign`)
+  and was prompted with the stream's previous text is decoded again with the context started afresh;
 * recital: a decode whose new text copies the initial prompt (:meth:`Guards.recital`) is searched again without
   it, and that search is taken unless it says the copied words too (:meth:`Guards.echoes`).
 
@@ -33,6 +35,14 @@ SAID_AGAIN = 0.5  # the share of a text's word pairs said before from which it c
 COPY_LEAD = 2  # tokens: how far a loop's cut moves back over words its copy repeats but for case and punctuation
 RECITAL_WORDS = 4  # words: a run of the initial prompt this long in a decode's new text is suspected of recital
 RECITAL_ECHO = 0.5  # the share of a suspected recital's words a decode without the prompt says when they were said
+# English's common function words that are not also common words of the languages Whisper translates most (German's
+# "was", "will", "also", "die", "in", "an"; French, Spanish and Portuguese "a", "as", "do", "on" are left out)
+ENGLISH_WORDS = frozenset(
+    "the of and to is that it for with be this are have not they we you he she his their which from by at or but "
+    "would there been has had were can what when who if about more its than into these our one all other many after "
+    "because should could those only how then them some very".split())
+FOREIGN_WORDS = 8  # a text of at least this many words ...
+FOREIGN_SHARE = 0.1  # ... with fewer than this share of them ENGLISH_WORDS reads as no English
 
 
 class Guards:
@@ -52,6 +62,7 @@ class Guards:
         self.loop_guard = options.loop_guard
         self.vad_threshold = options.vad_threshold
         self.segment = segment
+        self.translates = translates
 
     def judged_silent(self, model: SpeechModel, enc: Encoded, costs: Costs) -> bool:
         """The no-speech guard: True when the model judges the encoding to hold no speech (nothing committed)."""
@@ -152,6 +163,19 @@ class Guards:
         has transcribed already and may not loop."""
         before = _words(best[max(0, start - LOOP_LOOKBACK) : start], tokenizer)
         return repeated_share(before, _words(best[start:], tokenizer)) >= SAID_AGAIN
+
+    def foreign(self, best: Sequence[int], committed: int, tokenizer: Tokenizer) -> bool:
+        """True when the stream translates into English and ``best``'s text past its ``committed`` tokens, at least
+        :data:`FOREIGN_WORDS` words, holds fewer than :data:`FOREIGN_SHARE` of them common English function words
+        (:data:`ENGLISH_WORDS`): the source language written where Whisper was to translate it.
+
+        Why: once a translating Whisper has written a sentence (or a word) of the source language, the previous-text
+        context that holds it keeps the next sentences in that language (a French dev talk went on in French to its
+        end after "Malgré" ended a sentence)."""
+        if not self.translates:
+            return False
+        words = _words(best[committed:], tokenizer)
+        return len(words) >= FOREIGN_WORDS and sum(word in ENGLISH_WORDS for word in words) < FOREIGN_SHARE * len(words)
 
     @staticmethod
     def recital(new: Sequence[int], prompt: Sequence[int], tokenizer: Tokenizer) -> list[str]:

@@ -197,7 +197,7 @@ class Session(OutputView):
             if boundary <= buf.offset or (self.segmenter is not None and not self.segmenter.speech_in_buffer):
                 continue  # audio committed and dropped already (a VAD segment end), or silence: no decoding
             samples = boundary - buf.offset
-            decoded = self.decoder.decode(DecodeReason.CHUNK, samples, next_tokens=self._after_held_end())
+            decoded = self._decode(DecodeReason.CHUNK, samples, next_tokens=self._after_held_end())
             emitted, loop_cut = self._commit(decoded, DecodeReason.CHUNK)
             out += emitted
             # a loop (cut from the commit, or where the search stopped): the model reads committed audio again -
@@ -312,7 +312,7 @@ class Session(OutputView):
         decodes a window whose text compresses too well again at a higher temperature). A prompt that holds a loop's
         text makes Whisper recite it: left, the next buffer would be read with the same prompt, until the stream
         ends (``bench/results/longform_phases_loop_retry/``)."""
-        decoded = self.decoder.decode(reason, samples)
+        decoded = self._decode(reason, samples)
         committed, costs = self.state.output.committed, self.state.costs
         if decoded.hyps and self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
                 and self.guards.loop_only(decoded.hyps[0].tokens, len(committed), self.model.tokenizer):
@@ -330,6 +330,22 @@ class Session(OutputView):
             return decoded
         costs.count("loop_fallbacks")
         return blocked
+
+    def _decode(self, reason: DecodeReason, samples: int, next_tokens: tuple[int, ...] | None = None) -> Decoded:
+        """A decode of the buffer's first ``samples`` (:meth:`ChunkDecoder.decode`). When its search, prompted with
+        the stream's previous text, writes the source language where the stream translates into English
+        (:meth:`Guards.foreign`; a decode held back as unsure too), the context starts afresh after the committed
+        tokens (counted) and the audio is decoded again: a context that holds the source language keeps Whisper
+        writing it."""
+        decoded = self.decoder.decode(reason, samples, next_tokens=next_tokens)
+        searched, committed = self.decoder.last.hyps, self.state.output.committed
+        if searched and self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
+                and self.guards.foreign(searched[0].tokens, len(committed), self.model.tokenizer):
+            self.prompt.restart(len(committed))
+            self.decoder.reprompted()
+            self.state.costs.count("foreign_context_restarts")
+            decoded = self.decoder.decode(reason, samples, next_tokens=next_tokens)
+        return decoded
 
     def _says_more(self, blocked: Hypothesis, kept: Sequence[int]) -> bool:
         """A search with loops barred is committed in place of one whose loop the guard cuts (leaving ``kept``)
