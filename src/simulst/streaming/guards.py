@@ -8,8 +8,9 @@
 * unsure word: a chunk commits no word holding a token scored below a threshold (nor anything after it) until two
   consecutive decodes agree on it;
 * loop: no repetition loop is committed (:func:`~simulst.sequences.first_loop`);
-* source language: translating into English, a decode whose new text reads as no English (:meth:`Guards.foreign`)
-  and was prompted with the stream's previous text is decoded again with the context started afresh;
+* source language: translating into English, a decode prompted with the stream's previous text whose new text
+  reads as no English (:meth:`Guards.foreign`) starts the context afresh: a chunk that would commit from it commits
+  nothing, a decode committed whole is decoded again;
 * recital: a decode whose new text copies the initial prompt (:meth:`Guards.recital`) is searched again without
   it, and that search is taken unless it says the copied words too (:meth:`Guards.echoes`).
 

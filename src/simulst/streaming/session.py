@@ -197,7 +197,7 @@ class Session(OutputView):
             if boundary <= buf.offset or (self.segmenter is not None and not self.segmenter.speech_in_buffer):
                 continue  # audio committed and dropped already (a VAD segment end), or silence: no decoding
             samples = boundary - buf.offset
-            decoded = self._decode(DecodeReason.CHUNK, samples, next_tokens=self._after_held_end())
+            decoded = self.decoder.decode(DecodeReason.CHUNK, samples, next_tokens=self._after_held_end())
             emitted, loop_cut = self._commit(decoded, DecodeReason.CHUNK)
             out += emitted
             # a loop (cut from the commit, or where the search stopped): the model reads committed audio again -
@@ -223,6 +223,8 @@ class Session(OutputView):
             self._previous_best = searched[0].tokens if searched else ()
         best = decoded.hyps[0].tokens if decoded.hyps else None
         target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs, best)
+        if not reason.commits_whole and len(target) > len(committed) and self._slipped(decoded.hyps[0]):
+            target = committed  # (the next chunk decodes without the context)
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
         times = None  # where the new tokens were spoken (a prefix of the best hypothesis: its timing)
@@ -331,21 +333,28 @@ class Session(OutputView):
         costs.count("loop_fallbacks")
         return blocked
 
-    def _decode(self, reason: DecodeReason, samples: int, next_tokens: tuple[int, ...] | None = None) -> Decoded:
-        """A decode of the buffer's first ``samples`` (:meth:`ChunkDecoder.decode`). When its search, prompted with
-        the stream's previous text, writes the source language where the stream translates into English
-        (:meth:`Guards.foreign`; a decode held back as unsure too), the context starts afresh after the committed
-        tokens (counted) and the audio is decoded again: a context that holds the source language keeps Whisper
-        writing it."""
-        decoded = self.decoder.decode(reason, samples, next_tokens=next_tokens)
-        searched, committed = self.decoder.last.hyps, self.state.output.committed
-        if searched and self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
-                and self.guards.foreign(searched[0].tokens, len(committed), self.model.tokenizer):
-            self.prompt.restart(len(committed))
-            self.decoder.reprompted()
-            self.state.costs.count("foreign_context_restarts")
-            decoded = self.decoder.decode(reason, samples, next_tokens=next_tokens)
+    def _decode(self, reason: DecodeReason, samples: int) -> Decoded:
+        """A decode to be committed whole of the buffer's first ``samples`` (:meth:`ChunkDecoder.decode`). When its
+        best hypothesis, prompted with the stream's previous text, writes the source language where the stream
+        translates into English (:meth:`_slipped`), the context starts afresh after the committed tokens and the
+        audio is decoded again."""
+        decoded = self.decoder.decode(reason, samples)
+        if decoded.hyps and self._slipped(decoded.hyps[0]):
+            decoded = self.decoder.decode(reason, samples)
         return decoded
+
+    def _slipped(self, best: Hypothesis) -> bool:
+        """True when ``best``, prompted with the stream's previous text, writes the source language where the stream
+        translates into English (:meth:`Guards.foreign`): the context then starts afresh after the committed tokens
+        (counted), since a context that holds the source language keeps Whisper writing it."""
+        committed = self.state.output.committed
+        if not self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
+                or not self.guards.foreign(best.tokens, len(committed), self.model.tokenizer):
+            return False
+        self.prompt.restart(len(committed))
+        self.decoder.reprompted()
+        self.state.costs.count("foreign_context_restarts")
+        return True
 
     def _says_more(self, blocked: Hypothesis, kept: Sequence[int]) -> bool:
         """A search with loops barred is committed in place of one whose loop the guard cuts (leaving ``kept``)
