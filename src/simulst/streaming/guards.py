@@ -36,8 +36,8 @@ SAID_AGAIN = 0.5  # the share of a text's word pairs said before from which it c
 COPY_LEAD = 2  # tokens: how far a loop's cut moves back over words its copy repeats but for case and punctuation
 RECITAL_WORDS = 4  # words: a run of the initial prompt this long in a decode's new text is suspected of recital
 RECITAL_ECHO = 0.5  # the share of a suspected recital's words a decode without the prompt says when they were said
-# English's common function words that are not also common words of the languages Whisper translates most (German's
-# "was", "will", "also", "die", "in", "an"; French, Spanish and Portuguese "a", "as", "do", "on" are left out)
+# English's common function words, leaving out common words of the languages Whisper translates most (German's
+# "was", "will", "also", "die", "in", "an"; French, Spanish and Portuguese "a", "as", "do", "on")
 ENGLISH_WORDS = frozenset(
     "the of and to is that it for with be this are have not they we you he she his their which from by at or but "
     "would there been has had were can what when who if about more its than into these our one all other many after "
@@ -172,10 +172,12 @@ class Guards:
 
         Why: once a translating Whisper has written a sentence (or a word) of the source language, the previous-text
         context that holds it keeps the next sentences in that language (a French dev talk went on in French to its
-        end after "Malgré" ended a sentence)."""
+        end after "Malgré" ended a sentence). Only the text before a repetition loop is read ("in schools, in
+        schools, in schools, ..." is no source language)."""
         if not self.translates:
             return False
-        words = _words(best[committed:], tokenizer)
+        end = self.kept_before_loop(best, committed, tokenizer)  # (a repetition loop is the loop guard's)
+        words = _words(best[committed:end], tokenizer)
         return len(words) >= FOREIGN_WORDS and sum(word in ENGLISH_WORDS for word in words) < FOREIGN_SHARE * len(words)
 
     @staticmethod
