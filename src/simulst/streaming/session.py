@@ -223,7 +223,7 @@ class Session(OutputView):
             self._previous_best = searched[0].tokens if searched else ()
         best = decoded.hyps[0].tokens if decoded.hyps else None
         target, loop_cut = self.guards.loop_free(target, len(committed), self.model.tokenizer, st.costs, best)
-        if not reason.commits_whole and len(target) > len(committed) and self._slipped(decoded.hyps[0]):
+        if not reason.commits_whole and len(target) > len(committed) and self._restart_context(decoded.hyps[0]):
             target = committed  # (the next chunk decodes without the context)
         st.costs.compute_s += time.perf_counter() - start
         source_ms = decoded.read * 1000.0 / self.model.sample_rate
@@ -302,25 +302,21 @@ class Session(OutputView):
     def _decode_whole(self, reason: DecodeReason, samples: int) -> Decoded:
         """A decode to be committed whole (a full buffer, a segment, the source's end) of the buffer's first
         ``samples``. When its best hypothesis, prompted with the stream's previous text, is a repetition loop from
-        its first new token (:meth:`Guards.loop_only`), the context starts afresh after the committed tokens
-        (counted) and the audio is decoded again. When the best hypothesis (so decoded) still runs into a loop
-        (:meth:`Guards.kept_before_loop`), the audio is searched once more with the loop barred
-        (``Query.block_loops``), and that search is committed in its place when it adds to the text the loop guard
-        keeps, the low-confidence guard finds it sure (:meth:`Guards.confident`) and what it adds does not say
-        that text again in other words (:meth:`Guards.says_again`; counted either way).
+        its first new token or writes the source language of a translation (:meth:`_restart_context`), the context
+        starts afresh after the committed tokens (counted) and the audio is decoded again. When the best hypothesis
+        (so decoded) still runs into a loop (:meth:`Guards.kept_before_loop`), the audio is searched once more with
+        the loop barred (``Query.block_loops``), and that search is committed in its place when it adds to the text
+        the loop guard keeps, the low-confidence guard finds it sure (:meth:`Guards.confident`) and what it adds does
+        not say that text again in other words (:meth:`Guards.says_again`; counted either way).
 
         Why: the loop guard commits none of a loop, and a decode committed whole is not read again, so the speech
         after the loop would be dropped unsaid (``bench/results/longform_phases_vad_translate/``; openai/whisper
         decodes a window whose text compresses too well again at a higher temperature). A prompt that holds a loop's
         text makes Whisper recite it: left, the next buffer would be read with the same prompt, until the stream
         ends (``bench/results/longform_phases_loop_retry/``)."""
-        decoded = self._decode(reason, samples)
+        decoded = self.decoder.decode(reason, samples)
         committed, costs = self.state.output.committed, self.state.costs
-        if decoded.hyps and self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
-                and self.guards.loop_only(decoded.hyps[0].tokens, len(committed), self.model.tokenizer):
-            self.prompt.restart(len(committed))
-            self.decoder.reprompted()
-            costs.count("loop_context_restarts")
+        if decoded.hyps and self._restart_context(decoded.hyps[0], loop_only=True):
             decoded = self.decoder.decode(reason, samples)
         kept = self.guards.kept_before_loop(decoded.hyps[0].tokens, len(committed), self.model.tokenizer) \
             if decoded.hyps else None
@@ -333,27 +329,24 @@ class Session(OutputView):
         costs.count("loop_fallbacks")
         return blocked
 
-    def _decode(self, reason: DecodeReason, samples: int) -> Decoded:
-        """A decode to be committed whole of the buffer's first ``samples`` (:meth:`ChunkDecoder.decode`). When its
-        best hypothesis, prompted with the stream's previous text, writes the source language where the stream
-        translates into English (:meth:`_slipped`), the context starts afresh after the committed tokens and the
-        audio is decoded again."""
-        decoded = self.decoder.decode(reason, samples)
-        if decoded.hyps and self._slipped(decoded.hyps[0]):
-            decoded = self.decoder.decode(reason, samples)
-        return decoded
-
-    def _slipped(self, best: Hypothesis) -> bool:
+    def _restart_context(self, best: Hypothesis, loop_only: bool = False) -> bool:
         """True when ``best``, prompted with the stream's previous text, writes the source language where the stream
-        translates into English (:meth:`Guards.foreign`): the context then starts afresh after the committed tokens
-        (counted), since a context that holds the source language keeps Whisper writing it."""
-        committed = self.state.output.committed
-        if not self.prompt.carries_context(self.model, committed[: self.buffer.base]) \
-                or not self.guards.foreign(best.tokens, len(committed), self.model.tokenizer):
+        translates into English (:meth:`Guards.foreign`) or, with ``loop_only``, says nothing but a repetition loop
+        (:meth:`Guards.loop_only`): the context then starts afresh after the committed tokens (counted as
+        ``foreign_context_restarts`` or ``loop_context_restarts``), since Whisper goes on writing what its context
+        holds - the source language, a loop's text."""
+        committed, tokenizer = self.state.output.committed, self.model.tokenizer
+        if not self.prompt.carries_context(self.model, committed[: self.buffer.base]):
+            return False
+        if self.guards.foreign(best.tokens, len(committed), tokenizer):
+            counter = "foreign_context_restarts"
+        elif loop_only and self.guards.loop_only(best.tokens, len(committed), tokenizer):
+            counter = "loop_context_restarts"
+        else:
             return False
         self.prompt.restart(len(committed))
         self.decoder.reprompted()
-        self.state.costs.count("foreign_context_restarts")
+        self.state.costs.count(counter)
         return True
 
     def _says_more(self, blocked: Hypothesis, kept: Sequence[int]) -> bool:
