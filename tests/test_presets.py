@@ -171,16 +171,16 @@ def test_a_preset_that_reads_a_ctc_head_falls_back_where_the_model_ships_none() 
 
 
 def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
-    # translate accurate: a beam search of 3 under LA-2; a given --beam / --search wins, and the API keeps the
-    # search's other fields
+    # translate accurate: a beam search of 3 under beam agreement; a given --beam / --search wins, and the API keeps
+    # the search's other fields
     parser = build_parser()
     accurate = ["translate", "a.wav", "--model", "whisper-base", "--latency", "accurate"]
     options = stream_options_from_args(parser.parse_args(accurate))
-    assert options.search == SearchOptions("beam", beam=3) and options.policy == PolicyOptions("la", 2)
+    assert options.search == SearchOptions("beam", beam=3) and options.policy == PolicyOptions("ba", 2)
     wider = stream_options_from_args(parser.parse_args([*accurate, "--beam", "8", "--final-beam", "4"])).search
     assert wider == SearchOptions("beam", beam=8, final_beam=4)
     greedy = stream_options_from_args(parser.parse_args([*accurate, "--search", "greedy"]))
-    assert greedy.search.name == "greedy" and greedy.policy == PolicyOptions("la", 2)
+    assert greedy.search.name == "greedy" and greedy.policy == PolicyOptions("ba", 2)
     kept = preset_options("translate", "accurate", stream=StreamOptions(search=SearchOptions(final_beam=4)))[1]
     assert kept.search == SearchOptions("beam", beam=3, final_beam=4)
     # translate balanced: a beam of 3 under beam agreement; low: greedy search under LA-2; both named, so that
@@ -283,3 +283,14 @@ def test_help_says_what_each_preset_sets_an_option_to(task: str) -> None:
     set_by_some = {name for latency in LATENCIES for name in preset(task, latency).settings}
     assert {dest for dest, text in helps.items() if "--latency sets it" in text} == set_by_some
     assert "presets set it to" in helps["latency"]
+
+
+def test_translate_accurate_is_balanced_waiting_where_the_model_is_unsure() -> None:
+    # translate accurate = balanced + a stricter early low-confidence guard (-1.25, within the guard's own -1.5);
+    # balanced translating leaves the early guard off ("auto"), transcribing it is -0.7
+    _, balanced = preset_options("translate", "balanced", ModelOptions("whisper-base"))
+    _, accurate = preset_options("translate", "accurate", ModelOptions("whisper-base"))
+    assert dataclasses.replace(accurate, early_logprob_threshold="auto") == balanced
+    assert balanced.early_threshold(translates=True) is None
+    assert accurate.early_threshold(translates=True) == -1.25
+    assert balanced.logprob_threshold is not None and accurate.early_threshold(True) > balanced.logprob_threshold

@@ -177,8 +177,8 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # BLEU than greedy LocalAgreement-2 (the point before) at the same delay, by an interval that excludes zero, since the
 # loop guard cuts a copy the best hypothesis begins (bench/results/longform_phases_loop_lead/); on the dev utterances
 # more BLEU, sooner, by intervals that hold zero (bench/results/quality_latency_grids_translate.md); about 15 % more
-# compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The accurate
-# point searches a beam of 3 under LA-2; the low point greedy LA-2 over 600 ms.
+# compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The low point
+# searches greedy LA-2 over 600 ms.
 _BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
 _BEAM_LA2 = {**_BEAM_3, "policy": "la-2"}
 # A transcription's balanced point searches the same way (a beam of 3 in every chunk, beam agreement): over 600 ms
@@ -187,10 +187,10 @@ _BEAM_LA2 = {**_BEAM_3, "policy": "la-2"}
 # quality_latency_grids.md, longform_phases_transcribe_beam/). Over 500 ms chunks its words come sooner on both, for
 # a WER that cannot be told from 600 ms's (longform_phases_transcribe_c500/): within offline + 1 at AL <= 1.4 s on
 # the short dev utterances, which 600 ms chunks are not. Its accurate point searches the same beam over 1 s chunks
-# under LA-2 (translate accurate's search and policy, with balanced's VAD and cuts): fewer errors than balanced (over
-# 600 ms chunks and over 500 ms), by intervals that exclude zero, on the short dev utterances and on the long-form
-# dev sets, about 1 s later (quality_latency_grids.md, longform_phases_transcribe_accurate/); without the VAD and
-# with 5 s / 15 s cuts it reads more errors on the talk.
+# under LA-2 (with balanced's VAD and cuts): fewer errors than balanced (over 600 ms chunks and over 500 ms), by
+# intervals that exclude zero, on the short dev utterances and on the long-form dev sets, about 1 s later
+# (quality_latency_grids.md, longform_phases_transcribe_accurate/); without the VAD and with 5 s / 15 s cuts it reads
+# more errors on the talk.
 
 # A transcription's presets run the encoder's and the decoder's linear layers in bfloat16 where the model is
 # English-only and the CPU multiplies in bfloat16 natively (``auto``; float32 elsewhere and on a GPU): the encoder is
@@ -233,6 +233,14 @@ _RECENT_AUDIO = {"reencode_s": 2.0}
 _WHOLE_WINDOW = {"reencode_s": None}  # (said, so that low's and accurate's flags typed without --latency give them)
 _NO_HOLD = {"hold_sentence_end": False,  # (said, so that low's and accurate's flags typed without --latency give them)
             "punctuate_held_end": False}
+# A translation's accurate point is balanced with a stricter low-confidence guard while the audio decoded is at most
+# 10 s: a chunk whose new tokens have a mean log-probability below -1.25 (balanced: -1.5) commits nothing and waits for
+# more audio. Against the accurate point before it (a beam of 3 under LA-2 without the VAD), over three chunk grids, on
+# the dev utterances more BLEU (an interval that holds zero) with the words 0.5 s sooner; on the German and French dev
+# talks more BLEU (an interval that holds zero) with the words 2.3 s sooner (an interval that excludes zero), for less
+# compute; against balanced more BLEU at the same delay on the utterances, and on the talks more BLEU (an interval that
+# excludes zero) with the words about 0.4 s later (bench/results/longform_phases_accurate_translate/).
+_WAITS_WHEN_UNSURE = {"early_logprob_threshold": -1.25}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
@@ -254,9 +262,11 @@ _ALL = (
            "offline quality within 2 s",
            {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
             **_HOLDS_SENTENCE_END, "punctuate_held_end": False}),
-    Preset("translate", "accurate", "as balanced without the VAD, a commit when the best hypotheses of two chunks "
-           "agree (LA-2), a sentence end committed at once",
-           {"chunk_ms": 1000.0, **_BEAM_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE, **_NO_HOLD}),
+    Preset("translate", "accurate", "as balanced, and while the audio decoded is at most 10 s a chunk whose new "
+           "words the model is less sure of (a mean log-probability below -1.25) commits nothing: more BLEU, the "
+           "words a little later on long talks",
+           {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
+            **_HOLDS_SENTENCE_END, "punctuate_held_end": False, **_WAITS_WHEN_UNSURE}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
