@@ -12,6 +12,7 @@ from simulst.config.search import SearchOptions
 from simulst.errors import OptionError
 
 EARLY_LOGPROB_WHEN_TRANSCRIBING = -0.7  # what early_logprob_threshold "auto" means for a model that transcribes
+MAX_PREVIOUS_TOKENS = 223  # openai-whisper's limit on previous text: half the decoder's 448 positions, less one
 CONTEXT_SCOPES = ("auto", "sentence", "all")
 
 
@@ -160,7 +161,7 @@ class StreamOptions:
         "from the prompt), all when translating", group=LONG_FORM, choices=CONTEXT_SCOPES))
     prompt: str | None = field(default=None, metadata=flag(
         "--prompt", "text said before the audio (names, terms, the style of the text): it conditions every decode "
-        "as Whisper's previous text, before the stream's own (its last 223 tokens)", group=LONG_FORM,
+        f"as Whisper's previous text, before the stream's own (its last {MAX_PREVIOUS_TOKENS} tokens)", group=LONG_FORM,
         metavar="TEXT"))
     vad: bool = field(default=False, metadata=flag(
         "--vad", "voice activity detection (Silero VAD): no decoding of silence, a segment is committed when "

@@ -65,12 +65,12 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from simulst.audio.io import AudioTooLong, read_audio_bytes
+from simulst.config.stream import MAX_PREVIOUS_TOKENS
 from simulst.errors import OptionError, SimulstError
 from simulst.server.access import authorized, bearer, error_body, json_error
 from simulst.server.protocol import ProtocolError, StartRequest
 from simulst.server.scheduler import Slot
 from simulst.streaming.commit import SENTENCE_ENDS
-from simulst.streaming.prompt import MAX_PREVIOUS_TOKENS
 from simulst.streaming.subtitles import render_subtitles
 from simulst.types import Emission, spoken_words
 

@@ -105,7 +105,7 @@ class StartRequest:
 
 _START_FIELDS = {"type", "sample_rate", "task", "language", "to", "policy", "chunk_ms", "vad", "speech", "token",
                  "format", "prompt"}
-MAX_PROMPT_CHARS = 4096  # (a prompt's last 223 tokens condition the decoder: a longer text is refused, not read)
+MAX_PROMPT_CHARS = 4096  # (a prompt's last MAX_PREVIOUS_TOKENS tokens condition the decoder: a longer text is refused)
 FORMATS = ("pcm16", "webm", "ogg")  # the audio a client sends: raw 16-bit PCM, or a container stream
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from simulst.config.stream import MAX_PREVIOUS_TOKENS
 from simulst.errors import OptionError
 from simulst.models.base import DecoderModel, Encoded, PreviousTextPrompter, SpeechModel
 from simulst.streaming.commit import sentence_start
 from simulst.types import Costs
-
-MAX_PREVIOUS_TOKENS = 223  # openai-whisper's limit on previous text: half the decoder's 448 positions, less one
 
 
 def initial_prompt(model: DecoderModel, text: str) -> tuple[int, ...]:
