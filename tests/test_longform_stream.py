@@ -966,3 +966,45 @@ def test_loop_only_hand_worked() -> None:
     assert not guards.loop_only([*sentence, 9, 9, *[8, 9] * 4], 6, tokenizer)  # " h h" before the loop " g h"
     assert not Guards(StreamOptions(loop_guard=False), translates=False, segment=1).loop_only(
         [a, b, c, d, d, d, d, d], 4, tokenizer)
+
+
+class StuckToy(TimedToy):
+    """The timed toy as a model that, forced to continue 3 or more committed words, can only say the last of them
+    again and again (a loop that every decode of the buffer returns to); with nothing committed in its buffer it
+    writes the sentence as it hears it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forced = 0
+
+    def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs,
+              prompt: Sequence[int] | None = None) -> tuple[torch.Tensor, ToyState]:
+        self.forced = len(prefix)
+        return super().start(enc, prefix, costs, prompt)
+
+    def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
+        if self.forced >= 3 and len(tokens) >= self.forced:
+            return {tokens[-1]: 0.9, EOS: 0.1}
+        return super()._next(tokens, audio_samples)
+
+
+def test_a_final_decode_stuck_in_a_loop_reads_the_audio_after_the_committed_text_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulst.streaming.session as session_module
+
+    options = StreamOptions(chunk_ms=1000, segment_s=20, max_buffer_s=30)
+    texts, default = {}, session_module.ESCAPE_S
+    for escape_s in (default, 100.0):
+        monkeypatch.setattr(session_module, "ESCAPE_S", escape_s)
+        session = Session(StuckToy(), options)
+        for piece in range(8):
+            session.push(_speech(8)[piece * 1000 : (piece + 1) * 1000])
+        before = session.text
+        assert 3 <= len(before.split()) < 7  # the chunks' commits stopped at the loop
+        final = "".join(e.text for e in session.finish())
+        assert session.text == before + final  # (nothing retracted)
+        texts[escape_s] = final
+        escaped = session.costs.extra.get("loop_escapes", 0)
+        assert session.costs.extra["loop_fallbacks_dropped"] == 1 and escaped == (escape_s < 100.0)
+    # the escape: the buffer is cut where the committed words end, and the rest of the audio says its words
+    assert len(texts[default].split()) >= 3 and texts[100.0] == ""

@@ -41,6 +41,7 @@ from simulst.streaming.prompt import PromptBuilder, initial_prompt
 from simulst.streaming.segmenter import VadSegmenter
 from simulst.types import Costs, Emission, Hypothesis
 
+ESCAPE_S = 1.0  # seconds of audio after the committed text from which a decode that adds nothing reads it alone
 
 @dataclass
 class StreamState:
@@ -307,7 +308,8 @@ class Session(OutputView):
         (so decoded) still runs into a loop (:meth:`Guards.kept_before_loop`), the audio is searched once more with
         the loop barred (``Query.block_loops``), and that search is committed in its place when it adds to the text
         the loop guard keeps, the low-confidence guard finds it sure (:meth:`Guards.confident`) and what it adds does
-        not say that text again in other words (:meth:`Guards.says_again`; counted either way).
+        not say that text again in other words (:meth:`Guards.says_again`; counted either way). When neither adds
+        a word to the committed text, the rest of the audio is decoded alone (:meth:`_escape_loop`).
 
         Why: the loop guard commits none of a loop, and a decode committed whole is not read again, so the speech
         after the loop would be dropped unsaid (``bench/results/longform_phases_vad_translate/``; openai/whisper
@@ -325,9 +327,35 @@ class Session(OutputView):
         blocked = self.decoder.decode(reason, samples, block_loops=True)
         if not blocked.hyps or not self._says_more(blocked.hyps[0], decoded.hyps[0].tokens[:kept]):
             costs.count("loop_fallbacks_dropped")
-            return decoded
+            return self._escape_loop(reason, samples, decoded) if kept <= len(committed) else decoded
         costs.count("loop_fallbacks")
         return blocked
+
+    def _escape_loop(self, reason: DecodeReason, samples: int, decoded: Decoded) -> Decoded:
+        """A decode committed whole of the buffer's first ``samples`` that adds no word to the committed text: its
+        best hypothesis continues the committed text with a loop that began inside it (each decode is forced to
+        continue the committed tokens), and neither a fresh context nor a loop-barred search leaves it. Where the
+        committed text ends (the search's token timing) at least :data:`ESCAPE_S` before ``samples``, the buffer
+        is cut there, the context starts afresh, and the audio after the cut is decoded alone (counted
+        ``loop_escapes``); else ``decoded``.
+
+        Why: that audio's speech would be dropped unsaid; decoded without the looping text before it, Whisper
+        translates it (fleurs-de-003 on a shifted chunk grid: "... have lived their time and have lived their time
+        and" lost its second half, "who were murdered there ...";
+        ``bench/results/longform_phases_escape_translate/``)."""
+        committed = len(self.state.output.committed)
+        starts = self.decoder.token_starts(decoded)
+        index = committed - decoded.base
+        if starts is None or not 0 <= index < len(starts):
+            return decoded
+        end = starts[index]
+        if samples - end < ESCAPE_S * self.buffer.rate:
+            return decoded
+        self._drop(end, committed, count=False)
+        self.prompt.restart(committed)
+        self.decoder.reprompted()
+        self.state.costs.count("loop_escapes")
+        return self.decoder.decode(reason, samples - end)
 
     def _restart_context(self, best: Hypothesis, loop_only: bool = False) -> bool:
         """True when ``best``, prompted with the stream's previous text, writes the source language where the stream
@@ -399,6 +427,6 @@ class Session(OutputView):
         emitted = self._commit(self._decode_whole(DecodeReason.SEGMENT_END, cut), DecodeReason.SEGMENT_END)[0]
         st.costs.count("vad_segments")
         self.prompt.end_sentence(len(st.output.committed))
-        self._drop(cut, len(st.output.committed))
+        self._drop(min(buf.samples, end - buf.offset), len(st.output.committed))  # (the buffer may start later now)
         self.segmenter.speech_in_buffer = False
         return emitted
