@@ -43,6 +43,7 @@ from simulst.types import Costs, Emission, Hypothesis
 
 ESCAPE_S = 1.0  # seconds of audio after the committed text from which a decode that adds nothing reads it alone
 
+
 @dataclass
 class StreamState:
     """What one stream has committed (``output``) and done: the policy's history, work counters, the source
