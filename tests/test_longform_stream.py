@@ -970,21 +970,28 @@ def test_loop_only_hand_worked() -> None:
 
 class StuckToy(TimedToy):
     """The timed toy as a model that, forced to continue 3 or more committed words, can only say the last of them
-    again and again (a loop that every decode of the buffer returns to); with nothing committed in its buffer it
-    writes the sentence as it hears it."""
+    again and again (a loop that every decode of the buffer returns to). With nothing committed in its buffer it
+    writes the sentence as it hears it - after it was stuck, the rest of the speech ("dog ran far away ."), or
+    with ``again`` the sentence said before."""
 
-    def __init__(self) -> None:
+    def __init__(self, again: bool = False) -> None:
         super().__init__()
-        self.forced = 0
+        self.tokenizer = WordToyTokenizer([*self.tokenizer.pieces, " dog", " ran", " far", " away"])
+        self.vocab_size = len(self.tokenizer.pieces)
+        self.rest = self.target if again else self.tokenizer.encode("dog ran far away .")
+        self.forced, self.stuck = 0, False
 
     def start(self, enc: Encoded, prefix: Sequence[int], costs: Costs,
               prompt: Sequence[int] | None = None) -> tuple[torch.Tensor, ToyState]:
         self.forced = len(prefix)
+        self.stuck = self.stuck or self.forced >= 3
         return super().start(enc, prefix, costs, prompt)
 
     def _next(self, tokens: tuple[int, ...], audio_samples: int) -> dict[int, float]:
         if self.forced >= 3 and len(tokens) >= self.forced:
             return {tokens[-1]: 0.9, EOS: 0.1}
+        if self.stuck and not self.forced:
+            self.target = self.rest
         return super()._next(tokens, audio_samples)
 
 
@@ -1007,4 +1014,12 @@ def test_a_final_decode_stuck_in_a_loop_reads_the_audio_after_the_committed_text
         escaped = session.costs.extra.get("loop_escapes", 0)
         assert session.costs.extra["loop_fallbacks_dropped"] == 1 and escaped == (escape_s < 100.0)
     # the escape: the buffer is cut where the committed words end, and the rest of the audio says its words
-    assert len(texts[default].split()) >= 3 and texts[100.0] == ""
+    assert texts[default].startswith(" dog ran far") and texts[100.0] == ""
+    # an escape that says the committed words again (the cut came too early) commits nothing
+    monkeypatch.setattr(session_module, "ESCAPE_S", default)
+    session = Session(StuckToy(again=True), options)
+    for piece in range(8):
+        session.push(_speech(8)[piece * 1000 : (piece + 1) * 1000])
+    before = session.text
+    assert session.finish() == [] and session.text == before
+    assert session.costs.extra["loop_escapes_dropped"] == 1 and "loop_escapes" not in session.costs.extra

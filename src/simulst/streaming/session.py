@@ -337,8 +337,9 @@ class Session(OutputView):
         best hypothesis continues the committed text with a loop that began inside it (each decode is forced to
         continue the committed tokens), and neither a fresh context nor a loop-barred search leaves it. Where the
         committed text ends (the search's token timing) at least :data:`ESCAPE_S` before ``samples``, the buffer
-        is cut there, the context starts afresh, and the audio after the cut is decoded alone (counted
-        ``loop_escapes``); else ``decoded``.
+        is cut there, the context starts afresh, and the audio after the cut is decoded alone: committed (counted
+        ``loop_escapes``) unless what it says mostly says the committed text again (:meth:`Guards.says_again`: the
+        token timing put the cut too early; counted ``loop_escapes_dropped``, nothing committed); else ``decoded``.
 
         Why: that audio's speech would be dropped unsaid; decoded without the looping text before it, Whisper
         translates it (fleurs-de-003 on a shifted chunk grid: "... have lived their time and have lived their time
@@ -355,8 +356,12 @@ class Session(OutputView):
         self._drop(end, committed, count=False)
         self.prompt.restart(committed)
         self.decoder.reprompted()
+        escaped = self.decoder.decode(reason, samples - end)
+        if escaped.hyps and self.guards.says_again(escaped.hyps[0].tokens, committed, self.model.tokenizer):
+            self.state.costs.count("loop_escapes_dropped")
+            return escaped.held()
         self.state.costs.count("loop_escapes")
-        return self.decoder.decode(reason, samples - end)
+        return escaped
 
     def _restart_context(self, best: Hypothesis, loop_only: bool = False) -> bool:
         """True when ``best``, prompted with the stream's previous text, writes the source language where the stream
