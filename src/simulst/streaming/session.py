@@ -353,9 +353,8 @@ class Session(OutputView):
         end = starts[index]
         if samples - end < ESCAPE_S * self.buffer.rate:
             return decoded
-        self._drop(end, committed, count=False)
+        self._drop(end, committed, count=False)  # (the decoder's searches start afresh with it)
         self.prompt.restart(committed)
-        self.decoder.reprompted()
         escaped = self.decoder.decode(reason, samples - end)
         if escaped.hyps and self.guards.says_again(escaped.hyps[0].tokens, committed, self.model.tokenizer):
             self.state.costs.count("loop_escapes_dropped")
