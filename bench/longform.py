@@ -195,6 +195,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "accurate-vad": ("accurate", {"vad": True}, {}),  # (translation: accurate's pause is 1.5 s too)
     "low-vad": ("low", {"vad": True}, {}),
     "c1200": ("balanced", {"chunk_ms": 1200.0}, {}),  # (translation: balanced over 1.2 s chunks)
+    "c600": ("balanced", {"chunk_ms": 600.0}, {}),  # (translation: balanced over 600 ms chunks, for low)
     # transcription: a held sentence end stays a punctuation mark in the next decodes (which one stays open)
     "punct-held": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 16.0}, {}),  # (over balanced to 12-02)
     "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0, "reencode_s": None},

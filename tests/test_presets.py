@@ -183,22 +183,23 @@ def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
     assert greedy.search.name == "greedy" and greedy.policy == PolicyOptions("ba", 2)
     kept = preset_options("translate", "accurate", stream=StreamOptions(search=SearchOptions(final_beam=4)))[1]
     assert kept.search == SearchOptions("beam", beam=3, final_beam=4)
-    # translate balanced: a beam of 3 under beam agreement; low: greedy search under LA-2; both named, so that
-    # their flags give them under any --latency
+    # translate balanced and low: a beam of 3 under beam agreement (low over 600 ms chunks); named, so that their
+    # flags give them under any --latency
     balanced = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced"]))
     assert balanced.search == SearchOptions("beam", beam=3) and balanced.policy == PolicyOptions("ba", 2)
     assert stream_options_from_args(parser.parse_args(accurate[:4])) == balanced  # (the default)
     low = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low"]))
-    assert low.search == SearchOptions("greedy", beam=1) and low.policy == PolicyOptions("la", 2)
+    assert low.search == SearchOptions("beam", beam=3) and low.policy == PolicyOptions("ba", 2)
+    assert dataclasses.replace(low, chunk_ms=balanced.chunk_ms) == balanced and low.chunk_ms == 600.0
     greedy_flags = ["--search", "greedy", "--beam", "1", "--policy", "la-2"]
     chosen = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", *greedy_flags]))
     assert chosen.search == SearchOptions("greedy", beam=1) and chosen.policy == PolicyOptions("la", 2)
-    # a preset's beam goes with its search: low's beam of 1 is not a beam search's width
+    # a preset's beam goes with its search: transcribe low's beam of 1 (greedy) is not a beam search's width
     default_beam = SearchOptions().beam
-    widened = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low", "--search", "beam"]))
+    low_beam = ["transcribe", "a.wav", "--latency", "low", "--search", "beam"]
+    widened = stream_options_from_args(parser.parse_args(low_beam))
     assert widened.search == SearchOptions("beam", beam=default_beam) and default_beam > 1
-    narrow = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low", "--search", "beam",
-                                                         "--beam", "2"]))
+    narrow = stream_options_from_args(parser.parse_args([*low_beam, "--beam", "2"]))
     assert narrow.search == SearchOptions("beam", beam=2)
     same = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced", "--search", "beam"]))
     assert same.search == SearchOptions("beam", beam=3)  # (the preset's own search: its beam)

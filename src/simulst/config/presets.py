@@ -153,10 +153,10 @@ _NO_VAD = {"vad": False}
 # on the Spanish and Portuguese talks as close to offline translation; on the dev utterances a BLEU that cannot be
 # told from the one before, the words a little later (bench/results/longform_phases_vad_translate/,
 # quality_latency_grids_translate.md). A pause of 1 s ends more
-# segments inside a sentence, whose clauses are then translated apart. accurate does without it: with it, on those
-# talks, it read no more BLEU than balanced and came later (longform_phases_vad_translate/accurate/); so does low,
-# whose BLEU and delay with it could not be told from without it (low/). All three name the pause (with --vad,
-# theirs too is 1.5 s).
+# segments inside a sentence, whose clauses are then translated apart. Since 2026-12-07 accurate and low are balanced
+# with one change each, and listen too; the points before them did without it (LA-2 with it read no more BLEU than
+# balanced and came later; greedy LA-2's BLEU and delay with it could not be told from without it:
+# longform_phases_vad_translate/accurate/, low/).
 _SENTENCE_PAUSE = {"vad_pause_ms": 1500.0}
 
 # Every preset names its search and policy, so that its flags typed without --latency give it (not the balanced
@@ -178,7 +178,10 @@ _LOW_WITHOUT_CTC_HEAD = {"chunk_ms": 400.0, "early_logprob_threshold": None, **_
 # loop guard cuts a copy the best hypothesis begins (bench/results/longform_phases_loop_lead/); on the dev utterances
 # more BLEU, sooner, by intervals that hold zero (bench/results/quality_latency_grids_translate.md); about 15 % more
 # compute. A beam of 5 reads more on the utterances but loses sentences to loops on the German talk. The low point
-# searches greedy LA-2 over 600 ms.
+# is balanced over 600 ms chunks: against greedy LA-2 over 600 ms without the VAD (the point before it), on the de +
+# fr dev talks over three chunk grids its words come sooner by an interval that excludes zero, for more BLEU by one
+# that holds zero, where the point before was later than balanced for less BLEU; on the dev utterances more BLEU,
+# sooner (LAAL), less encoder work (bench/results/longform_phases_low_translate/).
 _BEAM_AGREEMENT = {**_BEAM_3, "policy": "ba-2"}
 _BEAM_LA2 = {**_BEAM_3, "policy": "la-2"}
 # A transcription's balanced point searches the same way (a beam of 3 in every chunk, beam agreement): over 600 ms
@@ -255,8 +258,9 @@ _ALL = (
     Preset("transcribe", "accurate", "as balanced over 1 s chunks, a commit when the best hypotheses of two chunks "
            "agree (LA-2), a sentence end committed at once",
            {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_WHOLE_WINDOW, **_BFLOAT16}),
-    Preset("translate", "low", "600 ms chunks over the sentence's whole audio, greedy search: the first words soonest",
-           {"chunk_ms": 600.0, **_GREEDY_LA2, **_SENTENCE_AUDIO, **_NO_VAD, **_SENTENCE_PAUSE, **_NO_HOLD}),
+    Preset("translate", "low", "as balanced over 600 ms chunks: the words soonest, for a lower BLEU",
+           {"chunk_ms": 600.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
+            **_HOLDS_SENTENCE_END, "punctuate_held_end": False}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement, "
            "a segment committed at a pause of 1.5 s (VAD), a sentence end committed with the word after it: near "
            "offline quality within 2 s",
