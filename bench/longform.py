@@ -196,6 +196,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "low-vad": ("low", {"vad": True}, {}),
     "c1200": ("balanced", {"chunk_ms": 1200.0}, {}),  # (translation: balanced over 1.2 s chunks)
     "c600": ("balanced", {"chunk_ms": 600.0}, {}),  # (translation: balanced over 600 ms chunks, for low)
+    # translation: low before 2026-12-07 (greedy LA-2 over 600 ms chunks, no VAD, no held sentence end)
+    "low-before": ("balanced", {"chunk_ms": 600.0, "search": SearchOptions("greedy", beam=1),
+                                "policy": PolicyOptions("la", 2), "vad": False, "hold_sentence_end": False}, {}),
     # transcription: a held sentence end stays a punctuation mark in the next decodes (which one stays open)
     "punct-held": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 16.0}, {}),  # (over balanced to 12-02)
     "punct-held-24": ("balanced", {"punctuate_held_end": True, "max_buffer_s": 24.0, "reencode_s": None},
