@@ -995,6 +995,13 @@ class StuckToy(TimedToy):
         return super()._next(tokens, audio_samples)
 
 
+def _pushed_in_seconds(session: Session, audio: np.ndarray) -> Session:
+    """``session`` after ``audio`` (1 kHz toy audio) pushed 1 s at a time, not finished."""
+    for start in range(0, audio.shape[0], 1000):
+        session.push(audio[start : start + 1000])
+    return session
+
+
 def test_a_final_decode_stuck_in_a_loop_reads_the_audio_after_the_committed_text_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import simulst.streaming.session as session_module
@@ -1003,9 +1010,7 @@ def test_a_final_decode_stuck_in_a_loop_reads_the_audio_after_the_committed_text
     texts, default = {}, session_module.ESCAPE_S
     for escape_s in (default, 100.0):
         monkeypatch.setattr(session_module, "ESCAPE_S", escape_s)
-        session = Session(StuckToy(), options)
-        for piece in range(8):
-            session.push(_speech(8)[piece * 1000 : (piece + 1) * 1000])
+        session = _pushed_in_seconds(Session(StuckToy(), options), _speech(8))
         before = session.text
         assert 3 <= len(before.split()) < 7  # the chunks' commits stopped at the loop
         final = "".join(e.text for e in session.finish())
@@ -1017,9 +1022,7 @@ def test_a_final_decode_stuck_in_a_loop_reads_the_audio_after_the_committed_text
     assert texts[default].startswith(" dog ran far") and texts[100.0] == ""
     # an escape that says the committed words again (the cut came too early) commits nothing
     monkeypatch.setattr(session_module, "ESCAPE_S", default)
-    session = Session(StuckToy(again=True), options)
-    for piece in range(8):
-        session.push(_speech(8)[piece * 1000 : (piece + 1) * 1000])
+    session = _pushed_in_seconds(Session(StuckToy(again=True), options), _speech(8))
     before = session.text
     assert session.finish() == [] and session.text == before
     assert session.costs.extra["loop_escapes_dropped"] == 1 and "loop_escapes" not in session.costs.extra
