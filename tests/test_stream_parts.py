@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from simulst.audio.vad import VoiceEvent
 from simulst.config import StreamOptions
+from simulst.models.base import Encoded
 from simulst.sequences import first_loop, longest_shared_run
 from simulst.streaming.buffer import MIN_TAIL_S, SKIPPED_START_S, AudioBuffer
 from simulst.streaming.decoding import Decoded, DecodeReason
@@ -429,3 +430,40 @@ def test_the_segmenter_passes_each_event_in_order(kind: str) -> None:
     assert segmenter.speech_in_buffer is (kind == "start")
     assert list(events) == []
 
+
+
+class DetectingModel:
+    """Detects the language tokens it is given, one per call, with the probabilities given."""
+
+    sample_rate = 16000
+
+    def __init__(self, found: Sequence[tuple[int, float | None]]) -> None:
+        self.found = list(found)
+
+    def language_prompt(self, enc: Encoded, costs: Costs) -> tuple[list[int], float | None]:
+        language, probability = self.found.pop(0)
+        return [50, language, 52], probability
+
+
+def _encoded(seconds: float) -> Encoded:
+    return Encoded(frames=None, audio_samples=round(seconds * 16000))  # type: ignore[arg-type]
+
+
+def test_a_detected_language_is_pinned_from_3_s_of_audio_at_probability_0_9() -> None:
+    builder = PromptBuilder(context_tokens=0, scope="all")
+    # 2.9 s at 0.99, 3 s at 0.89: each decode prompted with its own detection, nothing pinned ...
+    model = DetectingModel([(60, 0.99), (61, 0.89), (62, 0.9), (63, 0.99)])
+    assert builder.pin(model, _encoded(2.9), Costs()) == (50, 60, 52) and not builder.pinned  # type: ignore[arg-type]
+    assert builder.pin(model, _encoded(3.0), Costs()) == (50, 61, 52) and not builder.pinned  # type: ignore[arg-type]
+    # ... 3 s at exactly 0.9: pinned, and no detection after it
+    enc = _encoded(3.0)
+    assert builder.pin(model, enc, Costs()) == (50, 62, 52) and builder.pinned  # type: ignore[arg-type]
+    assert builder.pin(model, _encoded(9.0), Costs()) == (50, 62, 52) and model.found == [(63, 0.99)]  # type: ignore[arg-type]
+    # a decode searched again on the same encoding reads its detection again (no second pass)
+    again = PromptBuilder(context_tokens=0, scope="all")
+    model = DetectingModel([(60, 0.5)])
+    first = _encoded(1.0)
+    assert again.pin(model, first, Costs()) == again.pin(model, first, Costs()) == (50, 60, 52)  # type: ignore[arg-type]
+    # a language told (nothing detected) is pinned at once, from any audio
+    told = PromptBuilder(context_tokens=0, scope="all")
+    assert told.pin(DetectingModel([(64, None)]), _encoded(0.5), Costs()) == (50, 64, 52) and told.pinned  # type: ignore[arg-type]

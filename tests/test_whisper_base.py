@@ -9,8 +9,10 @@ import pytest
 
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.models.base import Encoded
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
+from simulst.types import Costs
 from tests.shared_assets import DATA, needs_shared
 
 pytestmark = [
@@ -72,12 +74,22 @@ def test_the_pause_after_the_last_sentence_is_not_translated(german: SpeechEngin
     assert text.count("hong kong") == 1 and "beautiful" not in text, stream.text
 
 
-def test_auto_detects_the_language_once() -> None:
+def test_auto_pins_the_language_once_sure(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = SpeechEngine.load(ModelOptions("whisper-base", language="auto", task="transcribe"))
     stream = engine.open(StreamOptions(chunk_ms=2000, policy=PolicyOptions.parse("la-2")))
     assert stream.guards.early_logprob_threshold == -0.7  # (the default "auto": on when transcribing)
-    # (the first 4 s: two chunks, the language detected at the first and kept for the second)
-    feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-fr-003.wav")[: 4 * 16000])
-    assert stream.costs.encoder_calls == 2
+    # the first 6 s in 2 s chunks: German at each (p 0.99, 1.00, ...), pinned at 4 s - the first decode of at
+    # least 3 s of audio - and kept for the third chunk
+    detections: list[tuple[int, float]] = []
+    detect = engine.model.detect_language  # type: ignore[attr-defined]
+
+    def counting(enc: Encoded, costs: Costs) -> tuple[int, float]:
+        detections.append(detect(enc, costs))
+        return detections[-1]
+
+    monkeypatch.setattr(engine.model, "detect_language", counting)
+    feed_fast(stream, load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-003.wav")[: 6 * 16000])
+    assert stream.costs.encoder_calls == 3 and len(detections) == 2 and stream.prompt.pinned
+    assert all(probability >= 0.9 for _, probability in detections)
     prompt = stream.prompt.fixed
-    assert prompt is not None and prompt[1] == engine.model.tokenizer.token_id("<|fr|>")  # type: ignore[attr-defined]
+    assert prompt is not None and prompt[1] == engine.model.tokenizer.token_id("<|de|>")  # type: ignore[attr-defined]

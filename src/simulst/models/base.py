@@ -6,7 +6,7 @@ objects it returns (:class:`Encoded`, decoder states), so one loaded model serve
 Decoding protocol (one chunk)::
 
     enc = model.encode(audio)                          # full-context: the whole audio read so far
-    prompt = model.prompt(enc, costs)                  # once per stream (language detection)
+    prompt = model.prompt(enc, costs)                  # pinned per stream (language detection)
     logp, state = model.start(enc, committed, costs, prompt)  # ONE parallel pass over prompt + forced prefix
     # logp: (V,) log-probabilities of the token after the forced prefix
     state = model.expand(state, beam)                  # share the prefix KV cache across beams (no copy)
@@ -106,7 +106,7 @@ class DecoderModel(Protocol):
 
     def prompt(self, enc: Encoded, costs: Costs) -> Sequence[int]:
         """The decoder prompt for this encoding (e.g. Whisper's start, language and task tokens; detecting the
-        language costs one decoder pass). A stream fixes it at its first decode."""
+        language costs one decoder pass). A stream pins it (:class:`~simulst.streaming.prompt.PromptBuilder`)."""
         ...
 
     def start(
@@ -223,6 +223,16 @@ class PreviousTextPrompter(Protocol):
 
     def previous_text(self, tokens: Sequence[int], limit: int) -> list[int]:
         """Prompt tokens carrying the last ``limit`` of ``tokens``, to go before the decoder prompt."""
+        ...
+
+
+@runtime_checkable
+class LanguageDetector(Protocol):
+    """A multilingual decoder whose prompt names the source language, detected from the audio where not set."""
+
+    def language_prompt(self, enc: Encoded, costs: Costs) -> tuple[list[int], float | None]:
+        """The decoder prompt for this encoding and the probability of the language it names: of the language
+        detected in ``enc`` (one decoder pass), or None where nothing was detected (the language is set)."""
         ...
 
 

@@ -105,7 +105,7 @@ class WhisperModel:
         tokenizer: its tokenizer.
         config: transformers-style config dict (token ids, suppress lists, ``alignment_heads``).
         options: how it runs (:class:`~simulst.config.ModelOptions`, validated when built): the language
-            (None: detected from the encoding; a stream does it once, at its first decode, and keeps the prompt),
+            (None: detected from the encoding, pinned by a stream once sure: :mod:`simulst.streaming.prompt`),
             the task, the window (``full`` pads every encoding to Whisper's 30 s window; ``audio`` encodes only the
             audio read plus ``window_pad_ms`` of silence, at least ``window_min_ms`` - Whisper.cpp's
             ``audio_ctx``: less work per chunk; without the padding Whisper, trained on padded 30 s windows, often
@@ -228,17 +228,26 @@ class WhisperModel:
 
     def prompt(self, enc: Encoded, costs: Costs) -> list[int]:
         """The decoder prompt for this encoding (detects the language when it is not set)."""
-        if not self.multilingual:
-            return [self.sot_id, self.no_timestamps_id]
-        language_id = self.language_ids[self.language] if self.language else self.detect_language(enc, costs)
-        task_id = self.tokenizer.token_id(f"<|{self.task}|>")
-        return [self.sot_id, language_id, task_id, self.no_timestamps_id]
+        return self.language_prompt(enc, costs)[0]
 
-    def detect_language(self, enc: Encoded, costs: Costs) -> int:
-        """The most probable language token after ``<|startoftranscript|>`` (one decoder pass)."""
+    def language_prompt(self, enc: Encoded, costs: Costs) -> tuple[list[int], float | None]:
+        """The decoder prompt for this encoding and the probability of the language detected in it (None: the
+        language is set, or the checkpoint is English-only)."""
+        if not self.multilingual:
+            return [self.sot_id, self.no_timestamps_id], None
+        language_id, probability = (self.language_ids[self.language], None) if self.language \
+            else self.detect_language(enc, costs)
+        task_id = self.tokenizer.token_id(f"<|{self.task}|>")
+        return [self.sot_id, language_id, task_id, self.no_timestamps_id], probability
+
+    def detect_language(self, enc: Encoded, costs: Costs) -> tuple[int, float]:
+        """The most probable language token after ``<|startoftranscript|>`` and its probability among the language
+        tokens (openai/whisper's ``detect_language``: one decoder pass)."""
         logits = self._after_start_token(enc, costs)
         ids = torch.tensor(list(self.language_ids.values()), device=self.device)
-        return int(ids[torch.argmax(logits[ids])])
+        probabilities = torch.softmax(logits[ids].float(), dim=-1)
+        best = int(torch.argmax(probabilities))
+        return int(ids[best]), float(probabilities[best])
 
     def no_speech_prob(self, enc: Encoded, costs: Costs) -> float:
         """P(``<|nospeech|>``) right after ``<|startoftranscript|>``: openai/whisper's ``no_speech_prob``, the

@@ -251,7 +251,7 @@ class ChunkDecoder:
         base, guarded = self.buffer.base, reason.judges_speech(trimmed=self.buffer.offset > 0)
         # a searcher that judges the speech in its forced pass needs no pass of its own (once the prompt is
         # pinned: a multilingual model detects the language only in audio judged to hold speech)
-        judged = guarded and self.prompt.fixed is not None and self.searcher.judges_speech(self.model)
+        judged = guarded and self.prompt.pinned and self.searcher.judges_speech(self.model)
         if guarded and not judged and self.guards.judged_silent(self.model, enc, costs):
             return Decoded(read, [], enc)
         self.prompt.pin(self.model, enc, costs)

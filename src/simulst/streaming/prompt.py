@@ -1,10 +1,14 @@
 """The decoder prompt of a stream: the fixed task prompt and the previous-text context.
 
-The fixed part (for Whisper: start of transcript, language, task) is pinned at the stream's first decode - a
-multilingual model detects the language there - and kept. Before it, the committed text of audio already
-trimmed away conditions the decoder (:class:`~simulst.models.base.PreviousTextPrompter`, openai/whisper's
-previous-text prompt): at most ``context_tokens`` tokens, from where the context last started afresh, and with
-the ``sentence`` scope only the sentence the buffer starts in.
+The fixed part (for Whisper: start of transcript, language, task) is pinned at the stream's first decode and kept.
+Where a multilingual model detects the language, it is pinned only once sure - detected in at least
+:data:`LANGUAGE_MIN_S` seconds of audio with a probability of at least :data:`LANGUAGE_CONFIDENCE` - as a second
+or two of speech is too little to tell languages apart (openai-whisper detects from its first 30 s window); until
+then every decode detects it afresh in its own audio and is prompted with what it found. Before the fixed part,
+the committed text of audio already trimmed away conditions the decoder
+(:class:`~simulst.models.base.PreviousTextPrompter`, openai/whisper's previous-text prompt): at most
+``context_tokens`` tokens, from where the context last started afresh, and with the ``sentence`` scope only the
+sentence the buffer starts in.
 
 An initial prompt - text said before the stream's audio (openai-whisper's ``initial_prompt``, e.g. an OpenAI
 request's ``prompt``) - is carried into every decode as openai-whisper's ``carry_initial_prompt`` does: its last
@@ -19,9 +23,14 @@ from typing import Literal
 
 from simulst.config.stream import MAX_PREVIOUS_TOKENS
 from simulst.errors import OptionError
-from simulst.models.base import DecoderModel, Encoded, PreviousTextPrompter, SpeechModel
+from simulst.models.base import DecoderModel, Encoded, LanguageDetector, PreviousTextPrompter, SpeechModel
 from simulst.streaming.commit import sentence_start
 from simulst.types import Costs
+
+LANGUAGE_MIN_S = 3.0
+"""The least audio (seconds) a detected language is pinned from."""
+LANGUAGE_CONFIDENCE = 0.9
+"""The least probability (among the language tokens) a detected language is pinned with."""
 
 
 def initial_prompt(model: DecoderModel, text: str) -> tuple[int, ...]:
@@ -46,7 +55,8 @@ class PromptBuilder:
             decode (empty: none).
 
     Attributes:
-        fixed: the fixed prompt, pinned at the first decode (None before).
+        fixed: the fixed prompt of the latest decode (None before the first).
+        pinned: whether :attr:`fixed` is kept from now on (False while the language is still being detected).
         context_from: the context holds committed tokens from here on (moved by :meth:`restart`).
         initial: the initial prompt's last :data:`MAX_PREVIOUS_TOKENS` tokens.
     """
@@ -55,13 +65,25 @@ class PromptBuilder:
         self.context_tokens = context_tokens
         self.scope = scope
         self.fixed: tuple[int, ...] | None = None
+        self.pinned = False
+        self._detected_in: Encoded | None = None
         self.context_from = 0
         self.initial = tuple(initial)[-MAX_PREVIOUS_TOKENS:]
 
     def pin(self, model: SpeechModel, enc: Encoded, costs: Costs) -> tuple[int, ...]:
-        """The fixed prompt: pinned now from ``enc`` if not yet (the language detected there), then kept."""
-        if self.fixed is None:
-            self.fixed = tuple(model.prompt(enc, costs))
+        """The fixed prompt of a decode of ``enc``: the pinned one, else the model's for ``enc`` (the language
+        detected there), pinned where the language is set or detected surely enough (see the module)."""
+        if self.pinned or enc is self._detected_in:  # (a decode searched again detects nothing new)
+            assert self.fixed is not None
+            return self.fixed
+        if isinstance(model, LanguageDetector):
+            self._detected_in = enc
+            prompt, probability = model.language_prompt(enc, costs)
+            self.pinned = probability is None or (
+                probability >= LANGUAGE_CONFIDENCE and enc.audio_samples >= LANGUAGE_MIN_S * model.sample_rate)
+        else:
+            prompt, self.pinned = list(model.prompt(enc, costs)), True
+        self.fixed = tuple(prompt)
         return self.fixed
 
     def build(self, model: SpeechModel, before: Sequence[int], initial: bool = True) -> tuple[int, ...]:

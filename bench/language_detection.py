@@ -1,0 +1,253 @@
+"""Language detection in a stream: from how much audio Whisper base names the language right, and what a stream
+run without ``--language`` loses against one told the language.
+
+* **prefixes**: Whisper base's detected language (openai-whisper's ``detect_language``: the most probable language
+  token after ``<|startoftranscript|>``, its probability among the language tokens) in the first T seconds of every
+  fleurs-multi utterance (de, fr, es, pt: 40), T from 1 s to the whole utterance (under 30 s: Whisper's own
+  window); how many are right, and the highest probability any wrong one had.
+* **streams**: each translate preset run without ``--language`` under the pinning rule of
+  :mod:`simulst.streaming.prompt` (``sure``) and under the rule before it (``first``: pinned at the first decode
+  of audio judged to hold speech), against the same preset told the language (``given``): the languages pinned,
+  the audio each was pinned from, the outputs identical to ``given``'s; BLEU and chrF on the de + fr utterances
+  (English references) with paired bootstrap intervals against ``given``; on es + pt (no English references
+  here) the BLEU of each output against ``given``'s output (agreement).
+
+Quality / source clock only (translation runs in float32: the texts do not depend on the machine's load). Writes
+``bench/results/language_detection.md`` and each run's log under ``bench/results/language_detection/``.
+
+    .venv/bin/python bench/language_detection.py [--presets low,balanced,accurate] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sacrebleu
+import torch
+
+from common import DATA, READING, load_average, markdown_table, seconds, write_report
+from simulst.audio.io import load_audio
+from simulst.config import ModelOptions, StreamOptions
+from simulst.config.presets import preset_options
+from simulst.evaluation.bootstrap import paired_bootstrap
+from simulst.evaluation.instances import InstanceRecord, write_log
+from simulst.evaluation.manifest import TestItem, read_manifest
+from simulst.evaluation.runner import EvalOptions, run_instance
+from simulst.evaluation.scoring import ScoreOptions, score_records
+from simulst.models.base import Encoded, SpeechModel
+from simulst.models.loading import load_model
+from simulst.models.whisper import WhisperModel
+from simulst.streaming import prompt as prompt_module
+from simulst.streaming.engine import SpeechEngine
+from simulst.types import Costs
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PREFIXES_S = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 30.0)
+SCORED = ("de", "fr")  # the languages with English references (references.en.tsv)
+RULES = ("given", "first", "sure")
+
+
+@dataclasses.dataclass
+class Utterance:
+    """A fleurs-multi utterance and its source language."""
+
+    item: TestItem
+    language: str
+
+
+def utterances() -> list[Utterance]:
+    """The 40 fleurs-multi utterances: de and fr with their English references, es and pt with their transcripts
+    (not scored)."""
+    manifest = DATA / "fleurs-multi.tsv"
+    languages = dict(line.split("\t")[0:5:4] for line in manifest.read_text(encoding="utf-8").splitlines()[1:])
+    scored = {item.id: item for item in read_manifest(manifest, references=DATA / "references.en.tsv",
+                                                      tgt_lang="en", src_langs=list(SCORED))}
+    return [Utterance(scored.get(item.id, item), languages[item.id]) for item in read_manifest(manifest)]
+
+
+def prefix_rows(model: WhisperModel, items: Sequence[Utterance]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per prefix length: detections right, and the most probable wrong one; and one line per utterance."""
+    codes = {token: code for code, token in model.language_ids.items()}
+    right = {t: 0 for t in PREFIXES_S}
+    worst = {t: 0.0 for t in PREFIXES_S}
+    lines = []
+    for utterance in items:
+        item = utterance.item
+        audio = load_audio(item.audio, model.sample_rate)
+        found = []
+        for t in PREFIXES_S:
+            token, probability = model.detect_language(model.encode(audio[: round(t * model.sample_rate)], Costs()),
+                                                       Costs())
+            if codes[token] == utterance.language:
+                right[t] += 1
+            else:
+                worst[t] = max(worst[t], probability)
+            found.append(f"{codes[token]} {probability:.2f}")
+        lines.append(f"| {item.id} | " + " | ".join(found) + " |")
+    rows = [{"first_s": "whole" if t >= 30 else f"{t:g}", "right": f"{right[t]}/{len(items)}",
+             "wrong_max_p": f"{worst[t]:.2f}" if right[t] < len(items) else "-"} for t in PREFIXES_S]
+    return rows, lines
+
+
+@dataclasses.dataclass
+class Pin:
+    """What one stream pinned: the language and the seconds of audio it was detected in (None: never sure)."""
+
+    language: str
+    audio_s: float | None
+
+
+@contextlib.contextmanager
+def rule(name: str, pins: list[Pin], codes: dict[int, str]) -> Iterator[None]:
+    """Run streams under the pinning rule ``name`` (``first``: pinned at the first decode), recording each pin."""
+    builder = prompt_module.PromptBuilder
+    original_pin = builder.pin
+    saved = prompt_module.LANGUAGE_MIN_S, prompt_module.LANGUAGE_CONFIDENCE
+
+    def recording(self: prompt_module.PromptBuilder, model: SpeechModel, enc: Encoded, costs: Costs
+                  ) -> tuple[int, ...]:
+        was = self.pinned
+        fixed = original_pin(self, model, enc, costs)
+        if not was and self.pinned:
+            pins.append(Pin(codes.get(fixed[1], "?"), enc.audio_samples / model.sample_rate))
+        return fixed
+
+    if name == "first":
+        prompt_module.LANGUAGE_MIN_S, prompt_module.LANGUAGE_CONFIDENCE = 0.0, 0.0
+    builder.pin = recording  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        builder.pin = original_pin  # type: ignore[method-assign]
+        prompt_module.LANGUAGE_MIN_S, prompt_module.LANGUAGE_CONFIDENCE = saved
+
+
+def run_rule(model: WhisperModel, options: StreamOptions, items: Sequence[Utterance], name: str
+             ) -> tuple[list[InstanceRecord], list[Pin]]:
+    """Stream every item under rule ``name`` (``given``: told its language) and return the records and the pins."""
+    codes = {token: code for code, token in model.language_ids.items()}
+    records: list[InstanceRecord] = []
+    pins: list[Pin] = []
+    engines: dict[str | None, SpeechEngine] = {}
+    with rule(name, pins, codes):
+        for utterance in items:
+            language = utterance.language if name == "given" else None
+            if language not in engines:
+                engines[language] = SpeechEngine(model.variant(language, "translate"))
+            before = len(pins)
+            records.append(run_instance(engines[language], options, utterance.item, len(records),
+                                        EvalOptions(progress=False)))
+            if len(pins) == before:  # never sure: the last decode's language, unpinned
+                pins.append(Pin("?", None))
+    return records, pins
+
+
+def stream_rows(preset: str, runs: dict[str, tuple[list[InstanceRecord], list[Pin]]],
+                items: Sequence[Utterance]) -> list[dict[str, Any]]:
+    """One row per rule of a preset: pins, identical outputs, BLEU / chrF (de + fr), agreement (es + pt)."""
+    scored = [i for i, utterance in enumerate(items) if utterance.language in SCORED]
+    other = [i for i, utterance in enumerate(items) if utterance.language not in SCORED]
+    given = runs["given"][0]
+    rows = []
+    for name, (records, pins) in runs.items():
+        subset = [records[i] for i in scored]
+        scores = score_records(subset, ScoreOptions(quality_metrics=("BLEU", "chrF"))).scores
+        right = sum(pin.language == utterance.language for pin, utterance in zip(pins, items, strict=True))
+        pinned_from = [pin.audio_s for pin in pins if pin.audio_s is not None]
+        row = {"preset": preset, "rule": name, "pinned_right": f"{right}/{len(items)}",
+               "never_sure": sum(pin.audio_s is None for pin in pins),
+               "pinned_from_s": f"{np.mean(pinned_from):.2f}" if pinned_from else "-",
+               "same_as_given": sum(a.prediction == b.prediction for a, b in zip(records, given, strict=True)),
+               "BLEU_de_fr": f"{scores['BLEU']:.2f}", "chrF_de_fr": f"{scores['chrF']:.2f}",
+               "LAAL_de_fr": f"{seconds(scores['LAAL']):.2f}",
+               "agreement_es_pt": _agreement([records[i].prediction for i in other],
+                                             [given[i].prediction for i in other]),
+               "d_given": "-"}
+        if name != "given":
+            row["d_given"] = paired_bootstrap("BLEU", [given[i].prediction for i in scored],
+                                              [r.prediction for r in subset],
+                                              [str(r.reference) for r in subset]).describe()
+        rows.append(row)
+    return rows
+
+
+def _wrong(prefix_table: Sequence[dict[str, Any]], shortest: float, longest: float) -> str:
+    """The highest probability of a wrong detection in prefixes of ``shortest`` s up to (less than) ``longest`` s
+    ("-": none wrong)."""
+    found = [float(row["wrong_max_p"]) for row, t in zip(prefix_table, PREFIXES_S, strict=True)
+             if shortest <= t < longest and row["wrong_max_p"] != "-"]
+    return f"{max(found):.2f}" if found else "-"
+
+
+def _agreement(outputs: Sequence[str], given: Sequence[str]) -> str:
+    """BLEU of ``outputs`` against ``given`` as references ("-" where there are none)."""
+    return f"{sacrebleu.corpus_bleu(list(outputs), [list(given)]).score:.2f}" if outputs else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", default="low,balanced,accurate")
+    parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    load_before = load_average()
+    items = utterances()[: args.limit]
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    rows: list[dict[str, Any]] = []
+    prefix_table: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for preset in presets:
+        model_options, stream_options = preset_options("translate", preset,
+                                                       ModelOptions("whisper-base", task="translate"))
+        model = load_model(model_options)
+        if not prefix_table:
+            prefix_table, lines = prefix_rows(model, items)
+        runs = {}
+        for name in RULES:
+            runs[name] = run_rule(model, stream_options, items, name)
+            log = args.out / "language_detection" / f"{preset}_{name}" / "instances.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            write_log(log, runs[name][0])
+            print(preset, name, flush=True)
+        rows += stream_rows(preset, runs, items)
+    header = " | ".join(f"{t:g} s" if t < 30 else "whole" for t in PREFIXES_S)
+    report = "\n".join([
+        "# Language detection in a stream (Whisper base, fleurs-multi de/fr/es/pt dev utterances)", "",
+        f"Written by `bench/language_detection.py` (quality / source clock only; load average before: "
+        f"{load_before:.2f}).", "",
+        "## The language detected in the first T seconds of each utterance", "",
+        markdown_table(prefix_table, ["first_s", "right", "wrong_max_p"]), "",
+        "## Streams without `--language` (translate presets)", "",
+        markdown_table(rows, ["preset", "rule", "pinned_right", "never_sure", "pinned_from_s", "same_as_given",
+                              "BLEU_de_fr", "chrF_de_fr", "LAAL_de_fr", "agreement_es_pt", "d_given"]), "",
+        READING, "",
+        "- `given`: told the language (`--language`); `first`: the language detected at the stream's first decode "
+        "of audio judged to hold speech and kept (the rule before 2026-12-07); `sure`: the rule of "
+        f"`simulst.streaming.prompt` (detected afresh at each decode until it is detected in at least "
+        f"{prompt_module.LANGUAGE_MIN_S:g} s of audio with a probability of at least "
+        f"{prompt_module.LANGUAGE_CONFIDENCE:g}, then pinned).",
+        "- `pinned_right`: streams whose pinned language is the utterance's; `never_sure`: streams that never pinned "
+        "(each decode kept its own detection); `pinned_from_s`: the mean seconds of audio the language was pinned "
+        "from; `same_as_given`: outputs identical to `given`'s, word for word.",
+        "- `d_given`: BLEU minus `given`'s on de + fr, paired bootstrap 95 % interval over utterances; "
+        "`agreement_es_pt`: BLEU of the es + pt outputs against `given`'s outputs (100: the same).",
+        f"- The rule's two numbers were set from the first table, on these dev utterances: from "
+        f"{prompt_module.LANGUAGE_MIN_S:g} s of audio on, no wrong detection reached a probability above "
+        f"{_wrong(prefix_table, prompt_module.LANGUAGE_MIN_S, math.inf)} (the rule asks "
+        f"{prompt_module.LANGUAGE_CONFIDENCE:g}); from less audio, one reached "
+        f"{_wrong(prefix_table, 0.0, prompt_module.LANGUAGE_MIN_S)}.", "",
+        "## Each utterance's detection by prefix", "",
+        f"| utterance | {header} |", "|" + "---|" * (len(PREFIXES_S) + 1), *lines, ""])
+    write_report(args.out / "language_detection.md", report)
+
+
+if __name__ == "__main__":
+    main()
