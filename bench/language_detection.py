@@ -5,17 +5,21 @@ run without ``--language`` loses against one told the language.
   token after ``<|startoftranscript|>``, its probability among the language tokens) in the first T seconds of every
   fleurs-multi utterance (de, fr, es, pt: 40), T from 1 s to the whole utterance (under 30 s: Whisper's own
   window); how many are right, and the highest probability any wrong one had.
-* **streams**: each translate preset run without ``--language`` under the pinning rule of
+* **streams**: each preset of the task run without ``--language`` under the pinning rule of
   :mod:`simulst.streaming.prompt` (``sure``) and under the rule before it (``first``: pinned at the first decode
   of audio judged to hold speech), against the same preset told the language (``given``): the languages pinned,
-  the audio each was pinned from, the outputs identical to ``given``'s; BLEU and chrF on the de + fr utterances
-  (English references) with paired bootstrap intervals against ``given``; on es + pt (no English references
-  here) the BLEU of each output against ``given``'s output (agreement).
+  the audio each was pinned from, the outputs identical to ``given``'s. ``translate`` (X→English): BLEU and chrF
+  on the de + fr utterances (English references) with paired bootstrap intervals against ``given``; on es + pt
+  (no English references here) the BLEU of each output against ``given``'s output (agreement). ``transcribe``
+  (the transcribe presets over Whisper base): WER against the FLEURS transcripts of all 40, both lower-cased and
+  without punctuation (``WER_norm``, as ``bench/fleurs_asr.py`` scores), with its interval against ``given``.
 
-Quality / source clock only (translation runs in float32: the texts do not depend on the machine's load). Writes
-``bench/results/language_detection.md`` and each run's log under ``bench/results/language_detection/``.
+Quality / source clock only (Whisper base runs in float32: the texts do not depend on the machine's load). Writes
+``bench/results/language_detection.md`` (``language_detection_transcribe.md``) and each run's log under
+``bench/results/language_detection/`` (``language_detection_transcribe/``).
 
-    .venv/bin/python bench/language_detection.py [--presets low,balanced,accurate] [--limit N]
+    .venv/bin/python bench/language_detection.py [--task translate] [--presets low,balanced,accurate] [--limit N]
+    .venv/bin/python bench/language_detection.py --task transcribe --presets balanced
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREFIXES_S = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 30.0)
 SCORED = ("de", "fr")  # the languages with English references (references.en.tsv)
 RULES = ("given", "first", "sure")
+QUALITY_COLUMNS = {"translate": ("BLEU_de_fr", "chrF_de_fr", "agreement_es_pt"), "transcribe": ("WER_norm",)}
 
 
 @dataclasses.dataclass
@@ -62,13 +67,14 @@ class Utterance:
     language: str
 
 
-def utterances() -> list[Utterance]:
-    """The 40 fleurs-multi utterances: de and fr with their English references, es and pt with their transcripts
-    (not scored)."""
+def utterances(task: str = "translate") -> list[Utterance]:
+    """The 40 fleurs-multi utterances with their transcripts; to ``translate``, de and fr with their English
+    references instead (es and pt keep their transcripts, not scored)."""
     manifest = DATA / "fleurs-multi.tsv"
     languages = dict(line.split("\t")[0:5:4] for line in manifest.read_text(encoding="utf-8").splitlines()[1:])
     scored = {item.id: item for item in read_manifest(manifest, references=DATA / "references.en.tsv",
-                                                      tgt_lang="en", src_langs=list(SCORED))}
+                                                      tgt_lang="en", src_langs=list(SCORED))} \
+        if task == "translate" else {}
     return [Utterance(scored.get(item.id, item), languages[item.id]) for item in read_manifest(manifest)]
 
 
@@ -129,7 +135,7 @@ def rule(name: str, pins: list[Pin], codes: dict[int, str]) -> Iterator[None]:
         prompt_module.LANGUAGE_MIN_S, prompt_module.LANGUAGE_CONFIDENCE = saved
 
 
-def run_rule(model: WhisperModel, options: StreamOptions, items: Sequence[Utterance], name: str
+def run_rule(model: WhisperModel, options: StreamOptions, items: Sequence[Utterance], name: str, task: str
              ) -> tuple[list[InstanceRecord], list[Pin]]:
     """Stream every item under rule ``name`` (``given``: told its language) and return the records and the pins."""
     codes = {token: code for code, token in model.language_ids.items()}
@@ -140,7 +146,7 @@ def run_rule(model: WhisperModel, options: StreamOptions, items: Sequence[Uttera
         for utterance in items:
             language = utterance.language if name == "given" else None
             if language not in engines:
-                engines[language] = SpeechEngine(model.variant(language, "translate"))
+                engines[language] = SpeechEngine(model.variant(language, task))
             before = len(pins)
             records.append(run_instance(engines[language], options, utterance.item, len(records),
                                         EvalOptions(progress=False)))
@@ -149,29 +155,34 @@ def run_rule(model: WhisperModel, options: StreamOptions, items: Sequence[Uttera
     return records, pins
 
 
-def stream_rows(preset: str, runs: dict[str, tuple[list[InstanceRecord], list[Pin]]],
+def stream_rows(task: str, preset: str, runs: dict[str, tuple[list[InstanceRecord], list[Pin]]],
                 items: Sequence[Utterance]) -> list[dict[str, Any]]:
-    """One row per rule of a preset: pins, identical outputs, BLEU / chrF (de + fr), agreement (es + pt)."""
-    scored = [i for i, utterance in enumerate(items) if utterance.language in SCORED]
-    other = [i for i, utterance in enumerate(items) if utterance.language not in SCORED]
+    """One row per rule of a preset: pins, identical outputs, and the quality (see the module)."""
+    translating = task == "translate"
+    scored = [i for i, utterance in enumerate(items) if utterance.language in SCORED or not translating]
+    other = [i for i in range(len(items)) if i not in scored]
+    metric = "BLEU" if translating else "WER_norm"
     given = runs["given"][0]
     rows = []
     for name, (records, pins) in runs.items():
         subset = [records[i] for i in scored]
-        scores = score_records(subset, ScoreOptions(quality_metrics=("BLEU", "chrF"))).scores
+        scores = score_records(subset, ScoreOptions(quality_metrics=("BLEU", "chrF") if translating
+                                                    else ("WER_norm",))).scores
         right = sum(pin.language == utterance.language for pin, utterance in zip(pins, items, strict=True))
         pinned_from = [pin.audio_s for pin in pins if pin.audio_s is not None]
         row = {"preset": preset, "rule": name, "pinned_right": f"{right}/{len(items)}",
                "never_sure": sum(pin.audio_s is None for pin in pins),
                "pinned_from_s": f"{np.mean(pinned_from):.2f}" if pinned_from else "-",
                "same_as_given": sum(a.prediction == b.prediction for a, b in zip(records, given, strict=True)),
-               "BLEU_de_fr": f"{scores['BLEU']:.2f}", "chrF_de_fr": f"{scores['chrF']:.2f}",
-               "LAAL_de_fr": f"{seconds(scores['LAAL']):.2f}",
-               "agreement_es_pt": _agreement([records[i].prediction for i in other],
-                                             [given[i].prediction for i in other]),
-               "d_given": "-"}
+               "LAAL": f"{seconds(scores['LAAL']):.2f}", "d_given": "-"}
+        if translating:
+            row |= {"BLEU_de_fr": f"{scores['BLEU']:.2f}", "chrF_de_fr": f"{scores['chrF']:.2f}",
+                    "agreement_es_pt": _agreement([records[i].prediction for i in other],
+                                                  [given[i].prediction for i in other])}
+        else:
+            row["WER_norm"] = f"{scores['WER_norm']:.2f}"
         if name != "given":
-            row["d_given"] = paired_bootstrap("BLEU", [given[i].prediction for i in scored],
+            row["d_given"] = paired_bootstrap(metric, [given[i].prediction for i in scored],
                                               [r.prediction for r in subset],
                                               [str(r.reference) for r in subset]).describe()
         rows.append(row)
@@ -193,41 +204,42 @@ def _agreement(outputs: Sequence[str], given: Sequence[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=("translate", "transcribe"), default="translate")
     parser.add_argument("--presets", default="low,balanced,accurate")
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     torch.set_num_threads(2)
     load_before = load_average()
-    items = utterances()[: args.limit]
+    task, suffix = args.task, "" if args.task == "translate" else f"_{args.task}"
+    items = utterances(task)[: args.limit]
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     rows: list[dict[str, Any]] = []
     prefix_table: list[dict[str, Any]] = []
     lines: list[str] = []
     for preset in presets:
-        model_options, stream_options = preset_options("translate", preset,
-                                                       ModelOptions("whisper-base", task="translate"))
+        model_options, stream_options = preset_options(task, preset, ModelOptions("whisper-base", task=task))
         model = load_model(model_options)
         if not prefix_table:
             prefix_table, lines = prefix_rows(model, items)
         runs = {}
         for name in RULES:
-            runs[name] = run_rule(model, stream_options, items, name)
-            log = args.out / "language_detection" / f"{preset}_{name}" / "instances.log"
+            runs[name] = run_rule(model, stream_options, items, name, task)
+            log = args.out / f"language_detection{suffix}" / f"{preset}_{name}" / "instances.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             write_log(log, runs[name][0])
             print(preset, name, flush=True)
-        rows += stream_rows(preset, runs, items)
+        rows += stream_rows(task, preset, runs, items)
     header = " | ".join(f"{t:g} s" if t < 30 else "whole" for t in PREFIXES_S)
     report = "\n".join([
-        "# Language detection in a stream (Whisper base, fleurs-multi de/fr/es/pt dev utterances)", "",
+        f"# Language detection in a stream (Whisper base, {task}, fleurs-multi de/fr/es/pt dev utterances)", "",
         f"Written by `bench/language_detection.py` (quality / source clock only; load average before: "
         f"{load_before:.2f}).", "",
         "## The language detected in the first T seconds of each utterance", "",
         markdown_table(prefix_table, ["first_s", "right", "wrong_max_p"]), "",
-        "## Streams without `--language` (translate presets)", "",
+        f"## Streams without `--language` ({task} presets)", "",
         markdown_table(rows, ["preset", "rule", "pinned_right", "never_sure", "pinned_from_s", "same_as_given",
-                              "BLEU_de_fr", "chrF_de_fr", "LAAL_de_fr", "agreement_es_pt", "d_given"]), "",
+                              *QUALITY_COLUMNS[task], "LAAL", "d_given"]), "",
         READING, "",
         "- `given`: told the language (`--language`); `first`: the language detected at the stream's first decode "
         "of audio judged to hold speech and kept (the rule before 2026-12-07); `sure`: the rule of "
@@ -237,8 +249,10 @@ def main() -> None:
         "- `pinned_right`: streams whose pinned language is the utterance's; `never_sure`: streams that never pinned "
         "(each decode kept its own detection); `pinned_from_s`: the mean seconds of audio the language was pinned "
         "from; `same_as_given`: outputs identical to `given`'s, word for word.",
-        "- `d_given`: BLEU minus `given`'s on de + fr, paired bootstrap 95 % interval over utterances; "
-        "`agreement_es_pt`: BLEU of the es + pt outputs against `given`'s outputs (100: the same).",
+        ("- `d_given`: BLEU minus `given`'s on de + fr, paired bootstrap 95 % interval over utterances; "
+         "`agreement_es_pt`: BLEU of the es + pt outputs against `given`'s outputs (100: the same); `LAAL` on "
+         "de + fr." if task == "translate" else
+         f"- `d_given`: WER_norm minus `given`'s over the {len(items)} utterances, paired bootstrap 95 % interval."),
         f"- The rule's two numbers were set from the first table, on these dev utterances: from "
         f"{prompt_module.LANGUAGE_MIN_S:g} s of audio on, no wrong detection reached a probability above "
         f"{_wrong(prefix_table, prompt_module.LANGUAGE_MIN_S, math.inf)} (the rule asks "
@@ -246,7 +260,7 @@ def main() -> None:
         f"{_wrong(prefix_table, 0.0, prompt_module.LANGUAGE_MIN_S)}.", "",
         "## Each utterance's detection by prefix", "",
         f"| utterance | {header} |", "|" + "---|" * (len(PREFIXES_S) + 1), *lines, ""])
-    write_report(args.out / "language_detection.md", report)
+    write_report(args.out / f"language_detection{suffix}.md", report)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ def test_the_utterances_are_the_40_fleurs_multi_ones_de_fr_with_english_referenc
     german = next(u for u in found if u.item.id == "fleurs-de-000")
     assert german.language == "de" and str(german.item.reference).startswith("For the best views of Hong Kong")
     assert np.isclose(german.item.duration_s, 17.94)
+    transcripts = {u.item.id: u.item.reference for u in utterances("transcribe")}  # (to transcribe: the FLEURS text)
+    assert str(transcripts["fleurs-de-000"]).startswith("für die besten aussichten auf hongkong")
 
 
 def test_the_wrong_detections_are_read_by_prefix_length() -> None:
