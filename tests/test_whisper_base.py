@@ -3,12 +3,14 @@ translation that one committed "Thank you." used to swallow (fleurs-de-000 at 10
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
 
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, PolicyOptions, StreamOptions
+from simulst.config.presets import preset_options
 from simulst.models.base import Encoded
 from simulst.streaming.engine import SpeechEngine
 from simulst.streaming.feed import feed_fast
@@ -93,3 +95,18 @@ def test_auto_pins_the_language_once_sure(monkeypatch: pytest.MonkeyPatch) -> No
     assert all(probability >= 0.9 for _, probability in detections)
     prompt = stream.prompt.fixed
     assert prompt is not None and prompt[1] == engine.model.tokenizer.token_id("<|de|>")  # type: ignore[attr-defined]
+
+
+def test_a_stream_not_told_the_language_translates_as_one_told_it() -> None:
+    # fleurs-de-000 opens with 4 s that Whisper base takes for English (p 0.44-0.55): pinned at the stream's first
+    # decode, a stream without --language kept Portuguese and `--latency low` translated it otherwise
+    model_options, options = preset_options("translate", "low", ModelOptions("whisper-base", task="translate"))
+    audio = load_audio(DATA / "audio" / "fleurs-multi" / "fleurs-de-000.wav")
+    texts = []
+    for language in (None, "de"):
+        stream = SpeechEngine.load(dataclasses.replace(model_options, language=language)).open(options)
+        feed_fast(stream, audio)
+        assert stream.prompt.pinned
+        assert stream.prompt.fixed is not None and stream.prompt.fixed[1] == stream.model.language_ids["de"]  # type: ignore[attr-defined]
+        texts.append(stream.text)
+    assert texts[0] == texts[1] and "hong kong" in texts[0].lower()
