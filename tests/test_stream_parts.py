@@ -3,6 +3,8 @@ happens, the guards, the decoder prompt and the VAD segmenter (:mod:`simulst.str
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -464,6 +466,10 @@ def test_a_detected_language_is_pinned_from_3_s_of_audio_at_probability_0_9() ->
     model = DetectingModel([(60, 0.5)])
     first = _encoded(1.0)
     assert again.pin(model, first, Costs()) == again.pin(model, first, Costs()) == (50, 60, 52)  # type: ignore[arg-type]
+    probe = weakref.ref(first)
+    del first
+    gc.collect()
+    assert probe() is None  # (the builder keeps no encoding alive)
     # a language told (nothing detected) is pinned at once, from any audio
     told = PromptBuilder(context_tokens=0, scope="all")
     assert told.pin(DetectingModel([(64, None)]), _encoded(0.5), Costs()) == (50, 64, 52) and told.pinned  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ in that many.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Literal
 
@@ -66,18 +67,18 @@ class PromptBuilder:
         self.scope = scope
         self.fixed: tuple[int, ...] | None = None
         self.pinned = False
-        self._detected_in: Encoded | None = None
+        self._detected_in: weakref.ref[Encoded] | None = None  # (weak: a stream's encodings are large)
         self.context_from = 0
         self.initial = tuple(initial)[-MAX_PREVIOUS_TOKENS:]
 
     def pin(self, model: SpeechModel, enc: Encoded, costs: Costs) -> tuple[int, ...]:
         """The fixed prompt of a decode of ``enc``: the pinned one, else the model's for ``enc`` (the language
         detected there), pinned where the language is set or detected surely enough (see the module)."""
-        if self.pinned or enc is self._detected_in:  # (a decode searched again detects nothing new)
-            assert self.fixed is not None
+        if self.pinned or (self._detected_in is not None and self._detected_in() is enc):
+            assert self.fixed is not None  # (a decode searched again detects nothing new)
             return self.fixed
         if isinstance(model, LanguageDetector):
-            self._detected_in = enc
+            self._detected_in = weakref.ref(enc)
             prompt, probability = model.language_prompt(enc, costs)
             self.pinned = probability is None or (
                 probability >= LANGUAGE_CONFIDENCE and enc.audio_samples >= LANGUAGE_MIN_S * model.sample_rate)
