@@ -13,14 +13,17 @@ run without ``--language`` loses against one told the language.
   on the de + fr utterances (English references) with paired bootstrap intervals against ``given``; on es + pt
   (no English references here) the BLEU of each output against ``given``'s output (agreement). ``transcribe``
   (the transcribe presets over Whisper base): WER against the FLEURS transcripts of all 40, both lower-cased and
-  without punctuation (``WER_norm``, as ``bench/fleurs_asr.py`` scores), with its interval against ``given``.
+  without punctuation (``WER_norm``, as ``bench/fleurs_asr.py`` scores), with its interval against ``given``;
+  with ``--english``, the 56 English dev utterances (jfk, fleurs-en-dev, librispeech-other-dev) instead, scored
+  with WER after Whisper's ``EnglishTextNormalizer`` (``WER_whisper``): how often English speech is taken for
+  another language.
 
 Quality / source clock only (Whisper base runs in float32: the texts do not depend on the machine's load). Writes
-``bench/results/language_detection.md`` (``language_detection_transcribe.md``) and each run's log under
-``bench/results/language_detection/`` (``language_detection_transcribe/``).
+``bench/results/language_detection.md`` (``language_detection_transcribe.md``, ``language_detection_english.md``)
+and each run's log under ``bench/results/language_detection/`` (``language_detection_transcribe/``, ...).
 
     .venv/bin/python bench/language_detection.py [--task translate] [--presets low,balanced,accurate] [--limit N]
-    .venv/bin/python bench/language_detection.py --task transcribe --presets balanced
+    .venv/bin/python bench/language_detection.py --task transcribe --presets balanced [--english]
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PREFIXES_S = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 30.0)
 SCORED = ("de", "fr")  # the languages with English references (references.en.tsv)
 RULES = ("given", "first", "sure")
-QUALITY_COLUMNS = {"translate": ("BLEU_de_fr", "chrF_de_fr", "agreement_es_pt"), "transcribe": ("WER_norm",)}
+ENGLISH = ("jfk.tsv", "fleurs-en-dev.tsv", "librispeech-other-dev.tsv")
 
 
 @dataclasses.dataclass
@@ -68,9 +71,12 @@ class Utterance:
     language: str
 
 
-def utterances(task: str = "translate") -> list[Utterance]:
+def utterances(task: str = "translate", english: bool = False) -> list[Utterance]:
     """The 40 fleurs-multi utterances with their transcripts; to ``translate``, de and fr with their English
-    references instead (es and pt keep their transcripts, not scored)."""
+    references instead (es and pt keep their transcripts, not scored); ``english``: the 56 English dev utterances
+    with their transcripts."""
+    if english:
+        return [Utterance(item, "en") for manifest in ENGLISH for item in read_manifest(DATA / manifest)]
     manifest = DATA / "fleurs-multi.tsv"
     languages = dict(line.split("\t")[0:5:4] for line in manifest.read_text(encoding="utf-8").splitlines()[1:])
     scored = {item.id: item for item in read_manifest(manifest, references=DATA / "references.en.tsv",
@@ -156,19 +162,19 @@ def run_rule(model: WhisperModel, options: StreamOptions, items: Sequence[Uttera
     return records, pins
 
 
-def stream_rows(task: str, preset: str, runs: dict[str, tuple[list[InstanceRecord], list[Pin]]],
+def stream_rows(metric: str, preset: str, runs: dict[str, tuple[list[InstanceRecord], list[Pin]]],
                 items: Sequence[Utterance]) -> list[dict[str, Any]]:
-    """One row per rule of a preset: pins, identical outputs, and the quality (see the module)."""
-    translating = task == "translate"
+    """One row per rule of a preset: pins, identical outputs, and the quality by ``metric`` (``BLEU``: translated,
+    see the module)."""
+    translating = metric == "BLEU"
     scored = [i for i, utterance in enumerate(items) if utterance.language in SCORED or not translating]
     other = [i for i in range(len(items)) if i not in scored]
-    metric = "BLEU" if translating else "WER_norm"
     given = runs["given"][0]
     rows = []
     for name, (records, pins) in runs.items():
         subset = [records[i] for i in scored]
         scores = score_records(subset, ScoreOptions(quality_metrics=("BLEU", "chrF") if translating
-                                                    else ("WER_norm",))).scores
+                                                    else (metric,))).scores
         right = sum(pin.language == utterance.language for pin, utterance in zip(pins, items, strict=True))
         pinned_from = [pin.audio_s for pin in pins if pin.audio_s is not None]
         row = {"preset": preset, "rule": name, "pinned_right": f"{right}/{len(items)}",
@@ -181,7 +187,7 @@ def stream_rows(task: str, preset: str, runs: dict[str, tuple[list[InstanceRecor
                     "agreement_es_pt": _agreement([records[i].prediction for i in other],
                                                   [given[i].prediction for i in other])}
         else:
-            row["WER_norm"] = f"{scores['WER_norm']:.2f}"
+            row[metric] = f"{scores[metric]:.2f}"
         if name != "given":
             row["d_given"] = paired_bootstrap(metric, [given[i].prediction for i in scored],
                                               [r.prediction for r in subset],
@@ -198,6 +204,16 @@ def _wrong(prefix_table: Sequence[dict[str, Any]], shortest: float, longest: flo
     return f"{max(found):.2f}" if found else "-"
 
 
+def _wrong_reading(prefix_table: Sequence[dict[str, Any]]) -> str:
+    """The prefix table's wrong detections against the rule, in words."""
+    least, confidence = prompt_module.LANGUAGE_MIN_S, prompt_module.LANGUAGE_CONFIDENCE
+    after, before = _wrong(prefix_table, least, math.inf), _wrong(prefix_table, 0.0, least)
+    return (f"from {least:g} s of audio on, "
+            + (f"no wrong detection reached a probability above {after}" if after != "-" else "none was wrong")
+            + f" (the rule asks {confidence:g}); from less audio, "
+            + (f"one reached {before}." if before != "-" else "none was wrong either."))
+
+
 def _agreement(outputs: Sequence[str], given: Sequence[str]) -> str:
     """BLEU of ``outputs`` against ``given`` as references ("-" where there are none)."""
     return f"{sacrebleu.corpus_bleu(list(outputs), [list(given)]).score:.2f}" if outputs else "-"
@@ -207,13 +223,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=("translate", "transcribe"), default="translate")
     parser.add_argument("--presets", default="low,balanced,accurate")
+    parser.add_argument("--english", action="store_true",
+                        help="transcribe: the English dev utterances instead of fleurs-multi")
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     torch.set_num_threads(2)
     load_before = load_average()
-    task, suffix = args.task, "" if args.task == "translate" else f"_{args.task}"
-    items = utterances(task)[: args.limit]
+    task, english = args.task, args.english and args.task == "transcribe"
+    suffix = "_english" if english else "" if task == "translate" else f"_{task}"
+    metric = "BLEU" if task == "translate" else "WER_whisper" if english else "WER_norm"
+    columns = ("BLEU_de_fr", "chrF_de_fr", "agreement_es_pt") if task == "translate" else (metric,)
+    described = "the English dev utterances" if english else "fleurs-multi de/fr/es/pt dev utterances"
+    items = utterances(task, english)[: args.limit]
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     rows: list[dict[str, Any]] = []
     prefix_table: list[dict[str, Any]] = []
@@ -230,17 +252,17 @@ def main() -> None:
             log.parent.mkdir(parents=True, exist_ok=True)
             write_log(log, runs[name][0])
             print(preset, name, flush=True)
-        rows += stream_rows(task, preset, runs, items)
+        rows += stream_rows(metric, preset, runs, items)
     header = " | ".join(f"{t:g} s" for t in PREFIXES_S)
     report = "\n".join([
-        f"# Language detection in a stream (Whisper base, {task}, fleurs-multi de/fr/es/pt dev utterances)", "",
+        f"# Language detection in a stream (Whisper base, {task}, {described})", "",
         f"Written by `bench/language_detection.py` (quality / source clock only; load average before: "
         f"{load_before:.2f}).", "",
         "## The language detected in the first T seconds of each utterance", "",
         markdown_table(prefix_table, ["first_s", "right", "wrong_max_p"]), "",
         f"## Streams without `--language` ({task} presets)", "",
         markdown_table(rows, ["preset", "rule", "pinned_right", "never_sure", "pinned_from_s", "same_as_given",
-                              *QUALITY_COLUMNS[task], "LAAL", "d_given"]), "",
+                              *columns, "LAAL", "d_given"]), "",
         READING, "",
         "- `given`: told the language (`--language`); `first`: the language detected at the stream's first decode "
         "of audio judged to hold speech and kept (the rule before 2026-12-07); `sure`: the rule of "
@@ -253,12 +275,10 @@ def main() -> None:
         ("- `d_given`: BLEU minus `given`'s on de + fr, paired bootstrap 95 % interval over utterances; "
          "`agreement_es_pt`: BLEU of the es + pt outputs against `given`'s outputs (100: the same); `LAAL` on "
          "de + fr." if task == "translate" else
-         f"- `d_given`: WER_norm minus `given`'s over the {len(items)} utterances, paired bootstrap 95 % interval."),
-        f"- The rule's two numbers were set from the first table, on these dev utterances: from "
-        f"{prompt_module.LANGUAGE_MIN_S:g} s of audio on, no wrong detection reached a probability above "
-        f"{_wrong(prefix_table, prompt_module.LANGUAGE_MIN_S, math.inf)} (the rule asks "
-        f"{prompt_module.LANGUAGE_CONFIDENCE:g}); from less audio, one reached "
-        f"{_wrong(prefix_table, 0.0, prompt_module.LANGUAGE_MIN_S)}.", "",
+         f"- `d_given`: {metric} minus `given`'s over the {len(items)} utterances, paired bootstrap 95 % interval."),
+        ("- The rule's two numbers were set on the fleurs-multi utterances (`language_detection.md`); here, "
+         if english else "- The rule's two numbers were set from the first table, on these dev utterances: ")
+        + _wrong_reading(prefix_table), "",
         "## Each utterance's detection by prefix", "",
         f"| utterance | {header} |", "|" + "---|" * (len(PREFIXES_S) + 1), *lines, ""])
     write_report(args.out / f"language_detection{suffix}.md", report)

@@ -54,6 +54,8 @@ def test_the_utterances_are_the_40_fleurs_multi_ones_de_fr_with_english_referenc
     assert np.isclose(german.item.duration_s, 17.94)
     transcripts = {u.item.id: u.item.reference for u in utterances("transcribe")}  # (to transcribe: the FLEURS text)
     assert str(transcripts["fleurs-de-000"]).startswith("für die besten aussichten auf hongkong")
+    english = utterances("transcribe", english=True)
+    assert len(english) == 56 and {u.language for u in english} == {"en"} and english[0].item.id == "jfk"
 
 
 def test_the_wrong_detections_are_read_by_prefix_length() -> None:
