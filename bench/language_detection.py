@@ -228,9 +228,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="the first N utterances only (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.english and args.task != "transcribe":
+        parser.error("--english goes with --task transcribe (the English dev sets have no translation references)")
     torch.set_num_threads(2)
     load_before = load_average()
-    task, english = args.task, args.english and args.task == "transcribe"
+    task, english = args.task, args.english
     suffix = "_english" if english else "" if task == "translate" else f"_{task}"
     metric = "BLEU" if task == "translate" else "WER_whisper" if english else "WER_norm"
     columns = ("BLEU_de_fr", "chrF_de_fr", "agreement_es_pt") if task == "translate" else (metric,)
