@@ -228,7 +228,7 @@ class PreviousTextPrompter(Protocol):
 
 @runtime_checkable
 class LanguageDetector(Protocol):
-    """A multilingual decoder whose prompt names the source language, detected from the audio where not set."""
+    """A decoder whose prompt may name the source language (Whisper's), detected from the audio where not set."""
 
     def language_prompt(self, enc: Encoded, costs: Costs) -> tuple[list[int], float | None]:
         """The decoder prompt for this encoding and the probability of the language it names: of the language
