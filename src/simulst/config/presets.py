@@ -245,6 +245,10 @@ _NO_HOLD = {"hold_sentence_end": False,  # (said, so that low's and accurate's f
 # excludes zero) with the words about 0.4 s later (bench/results/longform_phases_accurate_translate/).
 _WAITS_WHEN_UNSURE = {"early_logprob_threshold": -1.25}
 
+# translate balanced, which low and accurate each change in one thing
+_TRANSLATE_BALANCED = {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
+                       **_HOLDS_SENTENCE_END, "punctuate_held_end": False}
+
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
            {"policy": "ctc", "ctc_head": "default", "chunk_ms": 400.0, **_FEWER_CUTS, **_LISTENS, **_GREEDY, **_NO_HOLD,
@@ -259,18 +263,14 @@ _ALL = (
            "agree (LA-2), a sentence end committed at once",
            {"chunk_ms": 1000.0, **_FEWER_CUTS, **_LISTENS, **_BEAM_LA2, **_NO_HOLD, **_WHOLE_WINDOW, **_BFLOAT16}),
     Preset("translate", "low", "as balanced over 600 ms chunks: the words soonest, for a lower BLEU",
-           {"chunk_ms": 600.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
-            **_HOLDS_SENTENCE_END, "punctuate_held_end": False}),
+           {**_TRANSLATE_BALANCED, "chunk_ms": 600.0}),
     Preset("translate", "balanced", "1 s chunks over the sentence's whole audio, a beam of 3 each, beam agreement, "
            "a segment committed at a pause of 1.5 s (VAD), a sentence end committed with the word after it: near "
-           "offline quality within 2 s",
-           {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
-            **_HOLDS_SENTENCE_END, "punctuate_held_end": False}),
+           "offline quality within 2 s", _TRANSLATE_BALANCED),
     Preset("translate", "accurate", "as balanced, and while the audio decoded is at most 10 s a chunk whose new "
            "words the model is less sure of (a mean log-probability below -1.25) commits nothing: more BLEU, the "
            "words a little later on long talks",
-           {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
-            **_HOLDS_SENTENCE_END, "punctuate_held_end": False, **_WAITS_WHEN_UNSURE}),
+           {**_TRANSLATE_BALANCED, **_WAITS_WHEN_UNSURE}),
 )
 
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
