@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import dataclasses
 import math
 from collections.abc import Iterator, Sequence
@@ -78,7 +79,8 @@ def utterances(task: str = "translate", english: bool = False) -> list[Utterance
     if english:
         return [Utterance(item, "en") for manifest in ENGLISH for item in read_manifest(DATA / manifest)]
     manifest = DATA / "fleurs-multi.tsv"
-    languages = dict(line.split("\t")[0:5:4] for line in manifest.read_text(encoding="utf-8").splitlines()[1:])
+    with manifest.open(encoding="utf-8", newline="") as rows:
+        languages = {row["id"]: row["lang"] for row in csv.DictReader(rows, delimiter="\t")}
     scored = {item.id: item for item in read_manifest(manifest, references=DATA / "references.en.tsv",
                                                       tgt_lang="en", src_langs=list(SCORED))} \
         if task == "translate" else {}
