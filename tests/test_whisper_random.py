@@ -150,3 +150,18 @@ def test_a_stream_told_its_language_pins_it_at_the_first_decode(tmp_path: Path,
     assert detected == [] and session.prompt.pinned
     assert session.prompt.fixed is not None
     assert session.prompt.fixed[1] == session.model.language_ids["fr"]  # type: ignore[attr-defined]
+
+
+def test_the_no_speech_judgement_and_the_language_of_one_encoding_share_one_decoder_pass(tmp_path: Path) -> None:
+    model = load_model(str(make_checkpoint(tmp_path / "multi", MULTILINGUAL_VOCAB)), task="transcribe")
+    rng = np.random.default_rng(0)
+    first = model.encode((0.1 * rng.standard_normal(16000)).astype(np.float32), Costs())
+    costs = Costs()
+    judged = model.no_speech_prob(first, costs)
+    language, _ = model.detect_language(first, costs)
+    assert costs.decoder_calls == 1  # the same encoding: one pass read twice
+    again = Costs()
+    assert model.no_speech_prob(first, again) == judged and again.decoder_calls == 0
+    second = model.encode((0.1 * rng.standard_normal(16000)).astype(np.float32), Costs())
+    assert model.detect_language(second, again)[0] in model.language_ids.values() and again.decoder_calls == 1
+    assert model.detect_language(first, again)[0] == language and again.decoder_calls == 2  # (one encoding kept)

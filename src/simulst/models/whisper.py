@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +166,7 @@ class WhisperModel:
         self.ctc_head: CtcHead | None = None
         self.alignment_heads = alignment_heads(config, self.dims)
         self.tracing = True
+        self._start_logits: tuple[weakref.ref[Encoded], torch.Tensor] | None = None  # (:meth:`_after_start_token`)
         self._alignment_by_layer: dict[int, list[int]] = {}
         for layer, head in self.alignment_heads:
             self._alignment_by_layer.setdefault(layer, []).append(head)
@@ -264,8 +266,14 @@ class WhisperModel:
         return float(torch.softmax(logits.float(), dim=-1)[self.no_speech_id])
 
     def _after_start_token(self, enc: Encoded, costs: Costs) -> torch.Tensor:
-        """(V,) raw logits of the token after ``<|startoftranscript|>`` (one one-token decoder pass)."""
+        """(V,) raw logits of the token after ``<|startoftranscript|>`` (one one-token decoder pass; asked again
+        for the same encoding - the no-speech judgement, then the language, of a decode - the pass is not made
+        again: the last one's logits are kept with a weak reference to its encoding)."""
+        last = self._start_logits
+        if last is not None and last[0]() is enc:
+            return last[1]
         logits, _, _ = self._forward(torch.tensor([[self.sot_id]], device=self.device), 0, None, enc.extra, costs)
+        self._start_logits = (weakref.ref(enc), logits[0, -1])
         return logits[0, -1]
 
     # ----------------------------------------------------------------------------------- encoder
