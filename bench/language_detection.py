@@ -41,7 +41,7 @@ import numpy as np
 import sacrebleu
 import torch
 
-from common import DATA, READING, load_average, markdown_table, seconds, write_report
+from common import DATA, READING, X2EN_LANGUAGES, load_average, markdown_table, seconds, write_report, x2en_items
 from simulst.audio.io import load_audio
 from simulst.config import ModelOptions, StreamOptions
 from simulst.config.presets import preset_options
@@ -59,7 +59,6 @@ from simulst.types import Costs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PREFIXES_S = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 30.0)
-SCORED = ("de", "fr")  # the languages with English references (references.en.tsv)
 RULES = ("given", "first", "sure")
 ENGLISH = ("jfk.tsv", "fleurs-en-dev.tsv", "librispeech-other-dev.tsv")
 
@@ -81,8 +80,7 @@ def utterances(task: str = "translate", english: bool = False) -> list[Utterance
     manifest = DATA / "fleurs-multi.tsv"
     with manifest.open(encoding="utf-8", newline="") as rows:
         languages = {row["id"]: row["lang"] for row in csv.DictReader(rows, delimiter="\t")}
-    scored = {item.id: item for item in read_manifest(manifest, references=DATA / "references.en.tsv",
-                                                      tgt_lang="en", src_langs=list(SCORED))} \
+    scored = {item.id: item for language in X2EN_LANGUAGES for item in x2en_items(language)} \
         if task == "translate" else {}
     return [Utterance(scored.get(item.id, item), languages[item.id]) for item in read_manifest(manifest)]
 
@@ -169,7 +167,7 @@ def stream_rows(metric: str, preset: str, runs: dict[str, tuple[list[InstanceRec
     """One row per rule of a preset: pins, identical outputs, and the quality by ``metric`` (``BLEU``: translated,
     see the module)."""
     translating = metric == "BLEU"
-    scored = [i for i, utterance in enumerate(items) if utterance.language in SCORED or not translating]
+    scored = [i for i, utterance in enumerate(items) if utterance.language in X2EN_LANGUAGES or not translating]
     other = [i for i in range(len(items)) if i not in scored]
     given = runs["given"][0]
     rows = []
