@@ -242,9 +242,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     prefix_table: list[dict[str, Any]] = []
     lines: list[str] = []
+    models: dict[ModelOptions, WhisperModel] = {}  # (the presets of a task mostly share their model options)
     for preset in presets:
         model_options, stream_options = preset_options(task, preset, ModelOptions("whisper-base", task=task))
-        model = load_model(model_options)
+        if model_options not in models:
+            models[model_options] = load_model(model_options)
+        model = models[model_options]
         if not prefix_table:
             prefix_table, lines = prefix_rows(model, items)
         runs = {}
