@@ -1,6 +1,7 @@
 """Long-form streaming: a 10-minute English talk, the 5 LibriSpeech readings (and the German and French talks,
-X→English), each talk through one stream, at the task's preset (``default``: ``balanced``) or options changed over
-it.
+X→English), each talk through one stream, at the task's preset (the config ``default`` is the ``balanced`` preset
+of either task: transcription's default, and translation's until 2026-12-07, whose default is ``accurate`` since)
+or options changed over it.
 
 Needs the talks of ``bench/longform_sets.py`` (run it first). Writes ``bench/results/longform.md`` (+ ``.csv``, and
 ``longform.png``; ``--out`` writes them elsewhere): per configuration, the stream's WER (or BLEU) after resegmenting

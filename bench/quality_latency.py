@@ -118,7 +118,8 @@ def configs(task: str) -> dict[str, Config]:
 
 def variant(task: str, name: str, flags: str) -> Config:
     """The config ``name`` that the command-line ``flags`` give ``task`` (over its ``--latency`` preset, as the CLI
-    resolves them; translation on Whisper base unless ``--model`` is given).
+    resolves them, ``balanced`` where the flags name none - the kept variants' flags are changes to it, whichever
+    preset the task's default is; translation on Whisper base unless ``--model`` is given).
 
     Raises:
         SystemExit: flags the command line does not take.
@@ -126,8 +127,7 @@ def variant(task: str, name: str, flags: str) -> Config:
     """
     parser = argparse.ArgumentParser(prog=f"--variant {name}")
     add_stream_arguments(parser)
-    if task == "translate":
-        parser.set_defaults(model="whisper-base")
+    parser.set_defaults(latency="balanced", **({"model": "whisper-base"} if task == "translate" else {}))
     args = parser.parse_args(shlex.split(flags))
     model = model_options_from_args(args, task)
     return Config(name, model, stream_options_from_args(args, task), flags)

@@ -12,7 +12,7 @@ options (``--server-args``; ``--batching on`` / ``--batching off --workers 1`` /
    French fleurs-multi utterances instead, each stream asking for Whisper's translation into English with its
    language named, on a multilingual model (``--model whisper-base`` unless ``--server-args`` say otherwise).
 2. **Load**: for N = 1, 2, 4, 8, ... clients at once, client i streams utterance i mod 6 (starts staggered over
-   one chunk of the task's ``balanced`` preset, as real clients come at random phases). Per client: AL_CA = AL
+   one chunk of the task's default preset, as real clients come at random phases). Per client: AL_CA = AL
    (SimulEval, word unit, |Y*| = reference words) on each word's delay = the client's clock when the emission that
    wrote it arrived (from its first frame); AL on the source clock (``source_ms``). Per N: AL_CA p50 / p95 over
    clients, the mean AL, WER (a translation: BLEU), the largest lag (arrival − source time of an emission) and how

@@ -13,7 +13,7 @@ import pytest
 from simulst.cli.main import build_parser
 from simulst.cli.options import model_options_from_args, stream_options_from_args
 from simulst.config import ModelOptions, PolicyOptions, SearchOptions, StreamOptions
-from simulst.config.presets import LATENCIES, PRESETS, Preset, preset, preset_options
+from simulst.config.presets import DEFAULT_LATENCIES, LATENCIES, PRESETS, Preset, preset, preset_options
 from simulst.errors import OptionError
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "presets.md"
@@ -52,10 +52,19 @@ def test_the_command_line_resolves_a_preset_to_its_flags(key: tuple[str, str]) -
     assert model == model_options_from_args(by_preset, task)
 
 
-def test_balanced_is_the_default_and_a_given_flag_wins() -> None:
+def test_each_task_has_its_default_and_a_given_flag_wins() -> None:
+    assert DEFAULT_LATENCIES == {"transcribe": "balanced", "translate": "accurate"}
+    assert preset("translate") == PRESETS[("translate", "accurate")]
+    assert preset("transcribe") == PRESETS[("transcribe", "balanced")]
     parser = build_parser()
     plain = parser.parse_args(["translate", "a.wav", "--model", "whisper-base"])
-    assert stream_options_from_args(plain) == preset_options("translate")[1]
+    assert stream_options_from_args(plain) == preset_options("translate", "accurate")[1]
+    assert preset_options("translate")[1] == preset_options("translate", "accurate")[1]
+    plain = parser.parse_args(["transcribe", "a.wav"])
+    assert stream_options_from_args(plain) == preset_options("transcribe", "balanced")[1]
+    # a cascade's ASR stage (--to) runs the transcribe default
+    cascade = parser.parse_args(["translate", "a.wav", "--to", "es"])
+    assert stream_options_from_args(cascade, task="transcribe") == preset_options("transcribe", "balanced")[1]
     for task in ("transcribe", "translate"):
         low = PRESETS[(task, "low")]
         args = parser.parse_args([task, "a.wav", "--latency", "low", "--chunk-ms", "777", "--policy", "hold-2"])
@@ -119,6 +128,9 @@ def test_the_server_gives_translate_streams_the_translate_preset() -> None:
     assert service.stream_options(StartRequest(16000, "translate")) == config.translate_options
     assert service.stream_options(StartRequest(16000, "transcribe")) == config.options
     assert service.stream_options(StartRequest(16000, "translate", chunk_ms=500.0)).chunk_ms == 500.0
+    plain = server_config(build_parser().parse_args(["serve"]))  # no --latency: each task's default
+    assert plain.options == preset_options("transcribe", "balanced")[1]
+    assert plain.translate_options == preset_options("translate", "accurate")[1]
 
 
 def test_a_given_buffer_or_segment_bounds_the_presets_other() -> None:
@@ -187,7 +199,8 @@ def test_a_preset_sets_the_search_under_the_given_search_flags() -> None:
     # flags give them under any --latency
     balanced = stream_options_from_args(parser.parse_args([*accurate, "--latency", "balanced"]))
     assert balanced.search == SearchOptions("beam", beam=3) and balanced.policy == PolicyOptions("ba", 2)
-    assert stream_options_from_args(parser.parse_args(accurate[:4])) == balanced  # (the default)
+    assert stream_options_from_args(parser.parse_args(accurate[:4])) == options  # (the default is accurate)
+    assert dataclasses.replace(balanced, early_logprob_threshold=-1.25) == options
     low = stream_options_from_args(parser.parse_args([*accurate, "--latency", "low"]))
     assert low.search == SearchOptions("beam", beam=3) and low.policy == PolicyOptions("ba", 2)
     assert dataclasses.replace(low, chunk_ms=balanced.chunk_ms) == balanced and low.chunk_ms == 600.0

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from simulst.config import POLICIES, Flag, ModelOptions, Nested, PolicyOptions, StreamOptions
 from simulst.config.fields import CTC, FLAG, LONG_FORM, MODEL, NESTED, ONLINE
-from simulst.config.presets import DEFAULT_LATENCY, LATENCIES, Preset, preset
+from simulst.config.presets import DEFAULT_LATENCIES, LATENCIES, Preset, preset
 from simulst.errors import OptionError
 from simulst.models.base import SpeechModel
 
@@ -125,10 +125,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     for title in (MODEL, ONLINE, LONG_FORM, CTC):  # the sections in this order
         groups[title]
     groups[ONLINE].add_argument(
-        "--latency", choices=LATENCIES, default=DEFAULT_LATENCY,
+        "--latency", choices=LATENCIES, default=None,
         help="the operating point, chosen per task on its dev data: low (the least delay), balanced, accurate "
              "(the best live quality); it sets the chunk, policy, window, buffer and VAD options that are not given "
-             "(docs/presets.md) (default: %(default)s)")
+             "(docs/presets.md) (default: " + ", ".join(f"{latency} for {task}" for task, latency in
+                                                        DEFAULT_LATENCIES.items()) + ")")
     for option in [*cli_options(ModelOptions), *cli_options(StreamOptions)]:
         groups.add(option)
     for option in _policy_refinements():
@@ -170,8 +171,9 @@ def apply_latency_preset(args: argparse.Namespace, task: str | None = None) -> N
 
 
 def latency_preset(args: argparse.Namespace, task: str | None = None) -> Preset:
-    """The ``--latency`` preset of ``task`` (None: the arguments' ``task``, else ``transcribe``) as it applies to
-    the arguments' model and CTC head (:meth:`Preset.for_model <simulst.config.presets.Preset.for_model>`)."""
+    """The ``--latency`` preset of ``task`` (None: the arguments' ``task``, else ``transcribe``; no ``--latency``:
+    the task's default) as it applies to the arguments' model and CTC head (:meth:`Preset.for_model
+    <simulst.config.presets.Preset.for_model>`)."""
     return preset(task or vars(args).get("task") or "transcribe", args.latency).for_model(
         vars(args).get("model"), "ctc_head" in given_options(args))
 

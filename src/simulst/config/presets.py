@@ -7,8 +7,8 @@ and each backed by a row of ``bench/results/quality_latency.md``. A preset is a 
 
 * ``low`` — the least delay: words appear as soon as the model is fairly sure of them (transcription: the CTC
   policy where the model ships a CTC head; see :meth:`Preset.for_model`).
-* ``balanced`` — the default: close to offline quality at a delay a live audience accepts.
-* ``accurate`` — the best quality a live stream gets on a CPU, at a few seconds' delay.
+* ``balanced`` — close to offline quality at a delay a live audience accepts: a transcription's default.
+* ``accurate`` — the best quality a live stream gets on a CPU: a translation's default (:data:`DEFAULT_LATENCIES`).
 
 The settings are keyed by the options' field names (:class:`~simulst.config.model.ModelOptions` and
 :class:`~simulst.config.stream.StreamOptions`; ``policy`` as its text form, ``la-2``; the search's options by their
@@ -32,7 +32,10 @@ from simulst.config.stream import StreamOptions
 from simulst.errors import OptionError
 
 LATENCIES = ("low", "balanced", "accurate")
-DEFAULT_LATENCY = "balanced"
+DEFAULT_LATENCIES: Mapping[str, str] = MappingProxyType({"transcribe": "balanced", "translate": "accurate"})
+"""Each task's preset where none is named, chosen on the task's dev data (docs/presets.md): a translation's is
+``accurate``, whose words come as soon as ``balanced``'s on short utterances and a little later on long talks, for
+more BLEU (the comment above ``_WAITS_WHEN_UNSURE``)."""
 
 
 @dataclass(frozen=True)
@@ -242,12 +245,17 @@ _NO_HOLD = {"hold_sentence_end": False,  # (said, so that low's and accurate's f
 # the dev utterances more BLEU (an interval that holds zero) with the words 0.5 s sooner; on the German and French dev
 # talks more BLEU (an interval that holds zero) with the words 2.3 s sooner (an interval that excludes zero), for less
 # compute; against balanced more BLEU at the same delay on the utterances, and on the talks more BLEU (an interval that
-# excludes zero) with the words about 0.4 s later (bench/results/longform_phases_accurate_translate/).
+# excludes zero) with the words about 0.4 s later (bench/results/longform_phases_accurate_translate/). It is the
+# translate default (DEFAULT_LATENCIES): over six chunk grids of the dev utterances it is within 1 BLEU of offline
+# decoding with the presets' beam of 3 and balanced is not, its words as soon as balanced's there
+# (quality_latency_grids_translate.md).
 _WAITS_WHEN_UNSURE = {"early_logprob_threshold": -1.25}
+# (said, so that balanced's and low's flags typed without --latency give them under the translate default)
+_COMMITS_WHEN_UNSURE = {"early_logprob_threshold": "auto"}
 
 # translate balanced, which low and accurate each change in one thing
 _TRANSLATE_BALANCED = {"chunk_ms": 1000.0, **_BEAM_AGREEMENT, **_SENTENCE_AUDIO, **_LISTENS, **_SENTENCE_PAUSE,
-                       **_HOLDS_SENTENCE_END, "punctuate_held_end": False}
+                       **_HOLDS_SENTENCE_END, "punctuate_held_end": False, **_COMMITS_WHEN_UNSURE}
 
 _ALL = (
     Preset("transcribe", "low", "words sooner: the CTC policy over 400 ms chunks, pauses skipped (VAD)",
@@ -276,23 +284,25 @@ _ALL = (
 PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.task, p.latency): p for p in _ALL})
 
 
-def preset(task: str, latency: str = DEFAULT_LATENCY) -> Preset:
-    """The preset of ``task`` at ``latency``.
+def preset(task: str, latency: str | None = None) -> Preset:
+    """The preset of ``task`` at ``latency`` (None: the task's default, :data:`DEFAULT_LATENCIES`).
 
     Raises:
         OptionError: an unknown task or latency.
     """
     if task not in TASKS:
         raise OptionError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    latency = latency or DEFAULT_LATENCIES[task]
     if latency not in LATENCIES:
         raise OptionError(f"unknown latency preset {latency!r}; choose one of {', '.join(LATENCIES)}")
     return PRESETS[(task, latency)]
 
 
-def preset_options(task: str, latency: str = DEFAULT_LATENCY, model: ModelOptions | None = None,
+def preset_options(task: str, latency: str | None = None, model: ModelOptions | None = None,
                    stream: StreamOptions | None = None) -> tuple[ModelOptions, StreamOptions]:
     """``model`` and ``stream`` options (defaults when None) with the preset's settings applied under them, for
-    ``task`` (the model options' task set to it; :meth:`Preset.for_model` of the model options' name and head).
+    ``task`` (the model options' task set to it; :meth:`Preset.for_model` of the model options' name and head) at
+    ``latency`` (None: the task's default).
 
     As on the command line, the caller's options win over the preset: a field of ``model`` or ``stream`` (or of
     its search) whose value differs from the field's default counts as given explicitly and is kept
