@@ -123,7 +123,8 @@ TALKS = {"en": ("en-talk", ModelOptions("whisper-tiny.en")),
          "es": ("es-talk", ModelOptions("whisper-base", language="es", task="translate")),
          "pt": ("pt-talk", ModelOptions("whisper-base", language="pt", task="translate"))}
 # config -> (the talk's task's preset, stream options changed over it, model options changed over it): `default` is
-# what `simulst transcribe|translate TALK` runs with no flags (the task's `balanced` preset)
+# the task's `balanced` preset, what `simulst transcribe TALK` runs with no flags (and `simulst translate TALK` did
+# until 2026-12-07: it runs `accurate` since)
 CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "default": ("balanced", {}, {}), "low": ("low", {}, {}), "accurate": ("accurate", {}, {}),
     "vad": ("balanced", {"vad": True}, {}),  # (transcription: the default since 2026-11-26 16:42 UTC)
@@ -942,8 +943,9 @@ def main() -> None:
         "emissions stamped with the wall clock; see the script); "
         "`first/last_min_AL(_CA)`: mean StreamLAAL (and _CA) of the sentences starting in the first / last minute. "
         "Compute per chunk decode p50 / p95 (ms), resident memory (MB) at the end of minute 2 and at the end. "
-        "`default` is what `simulst transcribe TALK` / `simulst translate TALK` runs with no flags, the task's "
-        "`balanced` preset (transcription: LA-2, 600 ms chunks, the audio window, `--segment-s 10 --max-buffer-s "
+        "`default` is the task's `balanced` preset, what `simulst transcribe TALK` runs with no flags (and "
+        "`simulst translate TALK` did until 2026-12-07; it runs `accurate` since) (transcription: LA-2, 600 ms "
+        "chunks, the audio window, `--segment-s 10 --max-buffer-s "
         "16` since 2026-11-26 13:30 UTC and `--vad` since 16:42 UTC (before, the option defaults' `--segment-s 5 "
         "--max-buffer-s 8`, now the config `buffer-8`, and no VAD, now `no-vad`); translation: `--chunk-ms 1000 "
         "--search beam --beam 3 --policy ba-2 --segment-s 10 --max-buffer-s 30` from 2026-11-27 07:30 to 09:20 "
